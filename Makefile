@@ -1,0 +1,63 @@
+# One command per job. `make help` lists them. Everything installs itself on first use.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-lock
+LAKEHOUSE := $(BIN)/lakehouse
+BENCH ?=
+
+.PHONY: help setup up down status ingest transform test bench docs clean lint lock
+
+help: ## Show this list
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): requirements.lock pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Python 3.11 is required (found %s): set PYTHON=/path/to/python3.11" % sys.version.split()[0])'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing Python packages from requirements.lock into $(VENV) (first time: ~3-5 min, pyspark builds from source)"
+	$(BIN)/python -m pip install --quiet --upgrade "pip==25.3"
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	$(BIN)/python -m pip check
+	@sha256sum requirements.lock pyproject.toml > $(STAMP)
+
+setup: $(STAMP) ## Create .venv from the lock, install Debian packages, binaries and jars
+	@$(LAKEHOUSE) setup
+
+up: setup ## Start the embedded stack (S3, Kafka broker, Kafka Connect, PostgreSQL)
+	@$(LAKEHOUSE) up
+
+down: ## Stop everything the project started
+	@if [ -x $(LAKEHOUSE) ]; then $(LAKEHOUSE) down; else echo "nothing installed, nothing running"; fi
+
+status: setup ## Show each component's state, address, version and uptime
+	@$(LAKEHOUSE) status
+
+ingest: setup ## Run the main job: sources -> Kafka -> bronze/silver/gold Delta tables
+	@$(LAKEHOUSE) ingest
+
+transform: setup ## Build the dbt models over the lakehouse tables
+	@$(LAKEHOUSE) transform
+
+docs: setup ## Generate and serve the dbt docs site on loopback
+	@$(LAKEHOUSE) docs
+
+test: setup ## Run the test suite against real servers (starts and stops its own stack)
+	$(BIN)/python -m pytest
+
+bench: setup ## Run benchmarks (BENCH=stack for one); results as JSON under .state/bench
+	$(BIN)/python -m benchmarks $(BENCH)
+
+lint: setup ## ruff over the project
+	$(BIN)/ruff check .
+
+clean: ## Stop the stack and delete .state (keeps .venv; rm -rf .venv for a full reset)
+	@if [ -x $(LAKEHOUSE) ]; then $(LAKEHOUSE) clean --yes; else rm -rf .state; fi
+
+lock: ## Re-resolve requirements.in into requirements.lock (needs network to PyPI)
+	rm -rf .state/lock-venv && $(PYTHON) -m venv .state/lock-venv
+	.state/lock-venv/bin/pip install --quiet -r requirements.in
+	{ head -2 requirements.lock; .state/lock-venv/bin/pip freeze; } > requirements.lock.new && mv requirements.lock.new requirements.lock

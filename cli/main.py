@@ -1,0 +1,189 @@
+"""`lakehouse`: the project's command line (setup, the embedded stack, pipeline commands)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from infra.components.base import StackError
+from infra.components.postgres import Postgres
+from infra.install import SetupError, run_setup
+from infra.layout import StateLayout
+from infra.stack import Stack
+from settings import ConfigError, Settings, load_settings
+from settings.env_file import ensure_env_file
+
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _say(message: str) -> None:
+    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {message}")
+
+
+def _settings(ctx: click.Context) -> Settings:
+    if "settings" not in ctx.obj:
+        ctx.obj["settings"] = load_settings(ctx.obj.get("profile"))
+    return ctx.obj["settings"]
+
+
+def _format_uptime(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--profile", envvar="LAKEHOUSE_PROFILE", default=None,
+              help="Configuration profile of lakehouse.yaml (default: its default_profile).")
+@click.pass_context
+def cli(ctx: click.Context, profile: str | None) -> None:
+    """Kafka -> Spark -> Delta lakehouse: run it on a laptop or against real clusters."""
+    ctx.ensure_object(dict)
+    ctx.obj["profile"] = profile
+
+
+@cli.command()
+@click.pass_context
+def setup(ctx: click.Context) -> None:
+    """Install the stack's binaries and jars (checksummed) and write .env if missing."""
+    from settings.loader import PROJECT_DIR
+
+    if ensure_env_file(PROJECT_DIR):
+        _say(f"wrote {PROJECT_DIR / '.env'} with generated local secrets")
+        changed = 1
+    else:
+        changed = 0
+    settings = _settings(ctx)
+    changed += run_setup(StateLayout(settings.state_path), _say)
+    if changed:
+        _say(f"[green]setup done[/green]: {changed} change(s); state in {settings.state_path}")
+    else:
+        _say("[green]setup: nothing to do[/green], everything is installed and verified")
+
+
+@cli.command()
+@click.pass_context
+def up(ctx: click.Context) -> None:
+    """Start the embedded stack (idempotent: healthy components are left alone)."""
+    stack = Stack(_settings(ctx))
+    began = time.monotonic()
+    stack.up(_say)
+    _say(f"[green]stack healthy[/green] in {time.monotonic() - began:.1f} s "
+         f"(logs: {stack.layout.logs})")
+    _print_status(stack, as_json=False)
+
+
+@cli.command()
+@click.pass_context
+def down(ctx: click.Context) -> None:
+    """Stop every component gracefully, then forcefully; a no-op when nothing runs."""
+    Stack(_settings(ctx)).down(_say)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Show each component: state, address, version, uptime. Exit 1 if any is not up."""
+    stack = Stack(_settings(ctx))
+    ok = _print_status(stack, as_json)
+    sys.exit(0 if ok else 1)
+
+
+def _print_status(stack: Stack, as_json: bool) -> bool:
+    rows = stack.status()
+    if as_json:
+        click.echo(json.dumps([row.__dict__ for row in rows], indent=2))
+    else:
+        table = Table(title=f"lakehouse stack (profile {stack.settings.profile})")
+        for column in ("component", "state", "address", "version", "uptime", "pid"):
+            table.add_column(column)
+        colours = {"healthy": "green", "reachable": "green", "stopped": "yellow"}
+        for row in rows:
+            colour = colours.get(row.state, "red")
+            table.add_row(row.name, f"[{colour}]{row.state}[/{colour}]", row.address,
+                          row.version, _format_uptime(row.uptime_seconds),
+                          str(row.pid or "-"))
+        Console().print(table)
+    return all(row.state in ("healthy", "reachable") for row in rows)
+
+
+@cli.command()
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_context
+def clean(ctx: click.Context, yes: bool) -> None:
+    """Stop the stack and delete the state folder (data, logs, binaries)."""
+    settings = _settings(ctx)
+    stack = Stack(settings)
+    if not yes:
+        click.confirm(f"Stop the stack and delete {settings.state_path}?", abort=True)
+    stack.down(_say)
+    postgres = stack.component("postgres")
+    assert isinstance(postgres, Postgres)
+    postgres.remove_data()
+    shutil.rmtree(settings.state_path, ignore_errors=True)
+    _say(f"removed {settings.state_path}")
+
+
+@cli.group()
+def config() -> None:
+    """Inspect the resolved configuration."""
+
+
+@config.command("show")
+@click.pass_context
+def config_show(ctx: click.Context) -> None:
+    """Print the active profile's settings (secrets masked) as JSON."""
+    settings = _settings(ctx)
+    click.echo(settings.model_dump_json(indent=2))
+
+
+def _planned(command: str, plan: str, issue: str) -> None:
+    """Commands whose work lands in a later issue: say what they will do, fail honestly."""
+    console.print(f"[yellow]`lakehouse {command}` is not built yet[/yellow] ({issue}).\n"
+                  f"It will: {plan}")
+    sys.exit(3)
+
+
+@cli.command()
+def ingest() -> None:
+    """Run the pipeline: sources -> Kafka -> bronze/silver/gold Delta tables."""
+    _planned("ingest", "bring up the stack, apply tables and connectors, start the scrapers "
+             "and the streaming queries bronze -> silver -> gold, with live progress",
+             "issues 3-5")
+
+
+@cli.command()
+def transform() -> None:
+    """Build the dbt models (marts) over the lakehouse tables."""
+    _planned("transform", "run dbt build in-process over the lakehouse tables", "issue 6")
+
+
+@cli.command()
+def docs() -> None:
+    """Generate and serve the dbt docs site on loopback."""
+    _planned("docs", "generate the dbt docs and serve them on 127.0.0.1", "issue 6")
+
+
+def main() -> None:
+    try:
+        cli(obj={})
+    except (ConfigError, SetupError, StackError) as exc:
+        console.print("[red]error:[/red] ", end="")
+        console.print(str(exc), markup=False)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

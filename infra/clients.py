@@ -1,0 +1,60 @@
+"""Clients for the stack's servers built from the configuration (health checks, tests)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import boto3
+import psycopg
+import requests
+from botocore.config import Config as BotoConfig
+from confluent_kafka.admin import AdminClient
+
+from settings import Settings
+
+_QUIET = logging.getLogger("lakehouse.probe")
+_QUIET.setLevel(logging.CRITICAL)
+
+
+def s3_client(settings: Settings, access_key: str | None = None, secret_key: str | None = None,
+              timeout: float = 5.0) -> Any:
+    """boto3 S3 client for the configured endpoint (keys default to the configured ones)."""
+    if access_key is None or secret_key is None:
+        access_key, secret_key = settings.s3.credentials()
+    return boto3.client(
+        "s3",
+        endpoint_url=settings.s3.endpoint,
+        region_name=settings.s3.region,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        config=BotoConfig(
+            connect_timeout=timeout,
+            read_timeout=timeout,
+            retries={"max_attempts": 1},
+            s3={"addressing_style": "path"},
+        ),
+    )
+
+
+def kafka_config(settings: Settings) -> dict[str, Any]:
+    return {"bootstrap.servers": settings.kafka.bootstrap_servers}
+
+
+def kafka_admin(settings: Settings, quiet: bool = False) -> AdminClient:
+    config = kafka_config(settings)
+    if quiet:
+        return AdminClient(config, logger=_QUIET)
+    return AdminClient(config)
+
+
+def connect_get(settings: Settings, path: str, timeout: float = 5.0) -> requests.Response:
+    return requests.get(settings.connect.url.rstrip("/") + path, timeout=timeout)
+
+
+def postgres_connect(settings: Settings, dbname: str | None = None,
+                     timeout: int = 3) -> psycopg.Connection:
+    kwargs = settings.postgres.dsn_kwargs()
+    if dbname is not None:
+        kwargs["dbname"] = dbname
+    return psycopg.connect(**kwargs, connect_timeout=timeout, autocommit=True)

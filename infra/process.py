@@ -1,0 +1,133 @@
+"""Start, find and stop one background server through its PID file.
+
+Each server runs in its own session (process group), so stopping it also stops anything
+it spawned. A PID file is trusted only while that PID still runs the expected program
+and started no earlier than the file was written (PIDs get reused).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+
+@dataclass(frozen=True)
+class ManagedProcess:
+    name: str
+    pid_file: Path
+    log_file: Path
+    # A word that must appear in the process's command line for its PID file to count.
+    marker: str
+
+    def pid(self) -> int | None:
+        """PID of the live process this file names, else None (stale files are removed)."""
+        try:
+            pid = int(self.pid_file.read_text().split()[0])
+        except (FileNotFoundError, ValueError, IndexError):
+            return None
+        try:
+            proc = psutil.Process(pid)
+            alive = proc.status() != psutil.STATUS_ZOMBIE
+            matches = self.marker in " ".join(proc.cmdline())
+            fresh = proc.create_time() <= self.pid_file.stat().st_mtime + 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied, FileNotFoundError):
+            alive = matches = fresh = False
+        if alive and matches and fresh:
+            return pid
+        self.pid_file.unlink(missing_ok=True)
+        return None
+
+    def is_running(self) -> bool:
+        return self.pid() is not None
+
+    def uptime_seconds(self) -> float | None:
+        pid = self.pid()
+        if pid is None:
+            return None
+        try:
+            return time.time() - psutil.Process(pid).create_time()
+        except psutil.NoSuchProcess:
+            return None
+
+    def start(
+        self,
+        command: list[str],
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        user: str | None = None,
+    ) -> int:
+        """Launch detached, output appended to the log file; returns the PID."""
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        self.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_file.open("ab") as log:
+            log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting "
+                      f"{self.name}: {' '.join(command)}\n".encode())
+            log.flush()
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                user=user,
+                group=user,
+            )
+        self.pid_file.write_text(f"{proc.pid}\n")
+        return proc.pid
+
+    def exited_early(self) -> int | None:
+        """Exit code if the process already ended (reaps it when it was our child)."""
+        try:
+            pid = int(self.pid_file.read_text().split()[0])
+        except (FileNotFoundError, ValueError, IndexError):
+            return None
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None if psutil.pid_exists(pid) else -1
+        return os.waitstatus_to_exitcode(status) if done else None
+
+    def stop(self, graceful_signal: int = signal.SIGTERM, timeout: float = 20.0) -> bool:
+        """Stop gracefully, then forcefully; True if something was running."""
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        try:
+            group = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            group = []
+        _signal_group(pid, graceful_signal)
+        _, alive = psutil.wait_procs(group, timeout=timeout)
+        if alive:
+            _signal_group(pid, signal.SIGKILL)
+            for proc in alive:
+                try:
+                    proc.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            psutil.wait_procs(alive, timeout=5)
+        try:  # reap our own child so it leaves no zombie
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass

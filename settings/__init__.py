@@ -1,0 +1,6 @@
+"""Project configuration: one file (lakehouse.yaml) with profiles, overridable by LAKEHOUSE_* env."""
+
+from settings.loader import ConfigError, load_settings, project_environment
+from settings.model import Settings
+
+__all__ = ["ConfigError", "Settings", "load_settings", "project_environment"]

@@ -1,0 +1,133 @@
+"""Typed shape of the project configuration; unknown keys are errors so typos surface early."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _host_port(address: str, default_port: int) -> tuple[str, int]:
+    """Split `host:port` or a URL into its host and port."""
+    parts = urlsplit(address if "//" in address else f"//{address}")
+    if not parts.hostname:
+        raise ValueError(f"no host in {address!r}")
+    return parts.hostname, parts.port or default_port
+
+
+class KafkaSettings(_Section):
+    bootstrap_servers: str
+    topic_prefix: str = ""
+    dlq_topic_suffix: str = ".dlq"
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _has_port(cls, value: str) -> str:
+        for server in value.split(","):
+            _host_port(server.strip(), 9092)
+        return value
+
+    def first_server(self) -> tuple[str, int]:
+        return _host_port(self.bootstrap_servers.split(",")[0].strip(), 9092)
+
+
+class ConnectSettings(_Section):
+    url: str
+    group_id: str = "lakehouse-connect"
+    internal_topic_prefix: str = "_connect-"
+
+    def host_port(self) -> tuple[str, int]:
+        return _host_port(self.url, 8083)
+
+
+class S3Settings(_Section):
+    endpoint: str
+    region: str = "us-east-1"
+    bucket: str
+    broker_bucket: str
+    access_key: SecretStr | None = None
+    secret_key: SecretStr | None = None
+
+    def host_port(self) -> tuple[str, int]:
+        return _host_port(self.endpoint, 80)
+
+    def credentials(self) -> tuple[str, str]:
+        """The access and secret key, or a ConfigError-worthy ValueError naming the variables."""
+        if self.access_key is None or self.secret_key is None:
+            raise ValueError(
+                "S3 credentials are not set: define LAKEHOUSE_S3__ACCESS_KEY and "
+                "LAKEHOUSE_S3__SECRET_KEY in the environment or in .env "
+                "(`make setup` writes a .env with generated local credentials)"
+            )
+        return self.access_key.get_secret_value(), self.secret_key.get_secret_value()
+
+
+class PostgresSettings(_Section):
+    host: str
+    port: int = Field(ge=1, le=65535)
+    database: str
+    user: str
+    password: SecretStr | None = None
+
+    def dsn_kwargs(self) -> dict[str, str | int]:
+        if self.password is None:
+            raise ValueError(
+                "PostgreSQL password is not set: define LAKEHOUSE_POSTGRES__PASSWORD in the "
+                "environment or in .env (`make setup` writes one)"
+            )
+        return {
+            "host": self.host,
+            "port": self.port,
+            "dbname": self.database,
+            "user": self.user,
+            "password": self.password.get_secret_value(),
+        }
+
+
+class SeaweedfsPorts(_Section):
+    """SeaweedFS's internal HTTP ports; each server also listens on port + 10000 (gRPC)."""
+
+    master_port: int = Field(ge=1, le=55535)
+    volume_port: int = Field(ge=1, le=55535)
+    filer_port: int = Field(ge=1, le=55535)
+    iceberg_port: int = Field(ge=1, le=65535)
+    lance_port: int = Field(ge=1, le=65535)
+    admin_port: int = Field(ge=1, le=55535)
+    metrics_port: int = Field(ge=1, le=65535)
+
+
+class EmbeddedSettings(_Section):
+    enabled: bool = True
+    connect_heap: str = "512m"
+    seaweedfs: SeaweedfsPorts
+
+
+class Settings(_Section):
+    """The resolved configuration of one profile (values from yaml, .env and environment)."""
+
+    profile: str
+    project_dir: Path
+    state_dir: Path
+    kafka: KafkaSettings
+    connect: ConnectSettings
+    s3: S3Settings
+    postgres: PostgresSettings
+    embedded: EmbeddedSettings
+
+    @field_validator("state_dir")
+    @classmethod
+    def _not_empty(cls, value: Path) -> Path:
+        if str(value) in ("", "."):
+            raise ValueError("state_dir must name a folder of its own")
+        return value
+
+    @property
+    def state_path(self) -> Path:
+        """Absolute state folder (a relative `state_dir` is taken from the project folder)."""
+        path = self.state_dir if self.state_dir.is_absolute() else self.project_dir / self.state_dir
+        return path.resolve()
