@@ -62,7 +62,7 @@ def setup(ctx: click.Context) -> None:
     else:
         changed = 0
     settings = _settings(ctx)
-    changed += run_setup(StateLayout(settings.state_path), _say)
+    changed += run_setup(StateLayout(settings.state_path, settings.tools_path), _say)
     if changed:
         _say(f"[green]setup done[/green]: {changed} change(s); state in {settings.state_path}")
     else:

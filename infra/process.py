@@ -7,6 +7,7 @@ and started no earlier than the file was written (PIDs get reused).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -110,15 +111,11 @@ class ManagedProcess:
         if alive:
             _signal_group(pid, signal.SIGKILL)
             for proc in alive:
-                try:
+                with contextlib.suppress(psutil.NoSuchProcess):
                     proc.kill()
-                except psutil.NoSuchProcess:
-                    pass
             psutil.wait_procs(alive, timeout=5)
-        try:  # reap our own child so it leaves no zombie
+        with contextlib.suppress(ChildProcessError):  # reap our own child: no zombie
             os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
         self.pid_file.unlink(missing_ok=True)
         return True
 
@@ -127,7 +124,5 @@ def _signal_group(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass

@@ -20,7 +20,7 @@ class Stack:
 
     def __init__(self, settings: Settings):
         self.settings = settings
-        self.layout = StateLayout(settings.state_path)
+        self.layout = StateLayout(settings.state_path, settings.tools_path)
         self.components: list[Component] = [
             SeaweedFs(settings, self.layout),
             Tansu(settings, self.layout),

@@ -1,4 +1,4 @@
-"""Project configuration: one file (lakehouse.yaml) with profiles, overridable by LAKEHOUSE_* env."""
+"""Project configuration: lakehouse.yaml with profiles, overridable by LAKEHOUSE_* variables."""
 
 from settings.loader import ConfigError, load_settings, project_environment
 from settings.model import Settings

@@ -113,21 +113,29 @@ class Settings(_Section):
     profile: str
     project_dir: Path
     state_dir: Path
+    tools_dir: Path
     kafka: KafkaSettings
     connect: ConnectSettings
     s3: S3Settings
     postgres: PostgresSettings
     embedded: EmbeddedSettings
 
-    @field_validator("state_dir")
+    @field_validator("state_dir", "tools_dir")
     @classmethod
     def _not_empty(cls, value: Path) -> Path:
         if str(value) in ("", "."):
             raise ValueError("state_dir must name a folder of its own")
         return value
 
+    def _absolute(self, path: Path) -> Path:
+        return (path if path.is_absolute() else self.project_dir / path).resolve()
+
     @property
     def state_path(self) -> Path:
         """Absolute state folder (a relative `state_dir` is taken from the project folder)."""
-        path = self.state_dir if self.state_dir.is_absolute() else self.project_dir / self.state_dir
-        return path.resolve()
+        return self._absolute(self.state_dir)
+
+    @property
+    def tools_path(self) -> Path:
+        """Absolute folder of the installed third-party binaries and jars."""
+        return self._absolute(self.tools_dir)

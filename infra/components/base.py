@@ -159,11 +159,11 @@ class Component(ABC):
     def _safe_healthy(self) -> bool:
         try:
             return self.healthy()
-        except Exception:  # noqa: BLE001 - any failure of the probe means unhealthy
+        except Exception:
             return False
 
     def _safe_version(self) -> str:
         try:
             return self.version()
-        except Exception:  # noqa: BLE001 - a version is informative only
+        except Exception:
             return "?"

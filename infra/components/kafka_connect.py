@@ -60,7 +60,7 @@ class KafkaConnect(Component):
             shutil.which("java") or "java",
             "-Xms64m", f"-Xmx{heap}",
             "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-            "-Djava.awt.headless=true",
+            "-Djava.awt.headless=true", "-Djava.net.preferIPv4Stack=true",
             f"-Dlog4j2.configurationFile={self.log_config}",
             "-cp", f"{self.layout.connect_libs}/*",
             "org.apache.kafka.connect.cli.ConnectDistributed",

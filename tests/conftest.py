@@ -1,0 +1,62 @@
+"""Test session fixtures: the real embedded stack on the `test` profile's own ports.
+
+The stack is started once per session through the CLI (as a user would) and stopped at
+the end; the session fails if any project process is left running.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from infra.ports import port_is_free
+from infra.stack import Stack
+from settings import Settings, load_settings
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+TEST_PROFILE = "test"
+
+
+def run_cli(*args: str, profile: str = TEST_PROFILE, env: dict[str, str] | None = None,
+            timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """Run `lakehouse --profile <profile> ARGS` in a subprocess, capturing its output."""
+    command = [sys.executable, "-m", "cli.main", "--profile", profile, *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          cwd=PROJECT_DIR, env={**os.environ, **(env or {})}, check=False)
+
+
+def stack_pids(stack: Stack) -> list[int]:
+    return [c.process.pid() for c in stack.components if c.process.pid() is not None]
+
+
+def assert_nothing_left(stack: Stack, pids: list[int]) -> None:
+    """No process of `pids` (or its children) lives and every configured port is free."""
+    alive = [pid for pid in pids if psutil.pid_exists(pid)
+             and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"processes left running: {alive}"
+    taken = [(c.name, p.number) for c in stack.components for p in c.ports()
+             if not port_is_free(p.number)]
+    assert not taken, f"ports still taken after down: {taken}"
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return load_settings(TEST_PROFILE)
+
+
+@pytest.fixture(scope="session")
+def stack(settings: Settings) -> Iterator[Stack]:
+    result = run_cli("up")
+    assert result.returncode == 0, f"lakehouse up failed:\n{result.stdout}\n{result.stderr}"
+    running = Stack(settings)
+    yield running
+    pids = stack_pids(running)
+    result = run_cli("down")
+    assert result.returncode == 0, result.stderr
+    assert_nothing_left(running, pids)

@@ -1,0 +1,201 @@
+"""infra/docker-compose.yml agrees with the `external` profile of lakehouse.yaml.
+
+Docker is not needed: the compose file is read as YAML and compared with the settings.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from dotenv import dotenv_values
+
+from settings import Settings, load_settings
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+COMPOSE_FILE = PROJECT_DIR / "infra" / "docker-compose.yml"
+ENV_EXAMPLE = PROJECT_DIR / ".env.example"
+WORKER_TEMPLATE = PROJECT_DIR / "infra" / "templates" / "connect-worker.properties"
+SERVICES = {"kafka", "kafka-connect", "minio", "minio-init", "postgres"}
+# Compose interpolation: ${VAR}, ${VAR:-default}, ${VAR:?error}, ... or $VAR; `$$` is a literal $.
+VARIABLE = re.compile(r"(?<!\$)\$(?:\{(?P<braced>\w+)(?P<modifier>[^}]*)\}|(?P<bare>[A-Za-z_]\w*))")
+SECRET_REFERENCE = re.compile(r"\$\{LAKEHOUSE_\w+:\?[^}]+\}")
+SECRET_KEY_NAMES = re.compile(r"PASSWORD|SECRET|ACCESS_KEY|ROOT_USER")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE_FILE.read_text())
+
+
+@pytest.fixture(scope="module")
+def external(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """The external profile as lakehouse.yaml states it (no .env, no LAKEHOUSE_* overrides)."""
+    return load_settings(
+        "external",
+        environ={"LAKEHOUSE_CONFIG": str(PROJECT_DIR / "lakehouse.yaml")},
+        project_dir=tmp_path_factory.mktemp("no-env"),
+    )
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    """A service's environment as strings, whether written as a mapping or a list."""
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {key: "" if value is None else str(value) for key, value in env.items()}
+
+
+def published_ports(service: dict[str, Any]) -> list[tuple[str | None, int]]:
+    """(host ip, host port) of every port a service publishes."""
+    result = []
+    for port in service.get("ports") or []:
+        if isinstance(port, dict):
+            result.append((port.get("host_ip"), int(port["published"])))
+            continue
+        parts = str(port).split("/")[0].split(":")
+        ip = parts[0] if len(parts) == 3 else None
+        result.append((ip, int(parts[-2]) if len(parts) >= 2 else int(parts[-1])))
+    return result
+
+
+def tokens(command: str | list[str] | None) -> list[str]:
+    return command.split() if isinstance(command, str) else [str(t) for t in command or []]
+
+
+def strings(node: Any) -> list[str]:
+    """Every string value in a parsed YAML tree (comments are already gone)."""
+    if isinstance(node, dict):
+        return [s for value in node.values() for s in strings(value)]
+    if isinstance(node, list):
+        return [s for value in node for s in strings(value)]
+    return [node] if isinstance(node, str) else []
+
+
+def test_services_exist(compose: dict[str, Any]) -> None:
+    missing = SERVICES - set(compose.get("services") or {})
+    assert not missing, f"{COMPOSE_FILE.name}: services missing: {sorted(missing)}"
+
+
+def test_published_ports_match_external_profile(
+    compose: dict[str, Any], external: Settings
+) -> None:
+    services = compose["services"]
+    expected = {
+        "kafka": external.kafka.first_server()[1],
+        "kafka-connect": external.connect.host_port()[1],
+        "minio": external.s3.host_port()[1],
+        "postgres": external.postgres.port,
+    }
+    for name, port in expected.items():
+        host_ports = [p for _, p in published_ports(services[name])]
+        assert port in host_ports, (
+            f"service {name} publishes host ports {host_ports}, but lakehouse.yaml "
+            f"[external] expects {port}"
+        )
+    for name, service in services.items():
+        for ip, port in published_ports(service):
+            assert ip == "127.0.0.1", (
+                f"service {name} publishes port {port} on {ip or 'all interfaces'}; "
+                "bind it to 127.0.0.1"
+            )
+
+
+def test_kafka_advertises_the_bootstrap_address(
+    compose: dict[str, Any], external: Settings
+) -> None:
+    host, port = external.kafka.first_server()
+    advertised = environment(compose["services"]["kafka"]).get("KAFKA_ADVERTISED_LISTENERS", "")
+    assert f"://{host}:{port}" in advertised, (
+        f"kafka advertises {advertised!r}; host clients use {host}:{port} "
+        "(kafka.bootstrap_servers of the external profile)"
+    )
+
+
+def test_minio_init_creates_the_configured_bucket(
+    compose: dict[str, Any], external: Settings
+) -> None:
+    script = " ".join(tokens(compose["services"]["minio-init"].get("command")))
+    buckets = re.findall(r"\bmc mb\b(?:\s+-{1,2}[\w-]+)*\s+[\w.-]+/([\w.-]+)", script)
+    assert buckets == [external.s3.bucket], (
+        f"minio-init creates buckets {buckets}, expected [{external.s3.bucket!r}] (s3.bucket)"
+    )
+    assert "--ignore-existing" in script, "minio-init must be idempotent (mc mb --ignore-existing)"
+    region = environment(compose["services"]["minio"]).get("MINIO_SITE_REGION")
+    assert region in (None, external.s3.region), (
+        f"minio MINIO_SITE_REGION is {region!r}, s3.region is {external.s3.region!r}"
+    )
+
+
+def test_connect_worker_matches_config(compose: dict[str, Any], external: Settings) -> None:
+    env = environment(compose["services"]["kafka-connect"])
+    prefix = external.connect.internal_topic_prefix
+    expected = {
+        "GROUP_ID": external.connect.group_id,
+        "CONFIG_STORAGE_TOPIC": f"{prefix}configs",
+        "OFFSET_STORAGE_TOPIC": f"{prefix}offsets",
+        "STATUS_STORAGE_TOPIC": f"{prefix}status",
+    }
+    # Config providers as in the embedded worker's template (CONNECT_A_B <-> a.b).
+    for line in WORKER_TEMPLATE.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.startswith("config.providers"):
+            expected["CONNECT_" + key.upper().replace(".", "_")] = value
+    wrong = {key: env.get(key) for key, value in expected.items() if env.get(key) != value}
+    assert not wrong, (
+        f"kafka-connect environment differs from the config: {wrong}, expected {expected}"
+    )
+    assert "LAKEHOUSE_POSTGRES__PASSWORD" in env, (
+        "kafka-connect needs LAKEHOUSE_POSTGRES__PASSWORD for ${env:...} in connector configs"
+    )
+
+
+def test_variables_are_documented_or_defaulted(compose: dict[str, Any]) -> None:
+    documented = {key for key in dotenv_values(ENV_EXAMPLE) if key.startswith("LAKEHOUSE_")}
+    undocumented = set()
+    for text in strings(compose):
+        for match in VARIABLE.finditer(text):
+            name = match["braced"] or match["bare"]
+            has_default = (match["modifier"] or "").startswith((":-", "-"))
+            if name not in documented and not has_default:
+                undocumented.add(name)
+    assert not undocumented, (
+        f"{COMPOSE_FILE.name} uses variables {sorted(undocumented)} that are neither in "
+        f"{ENV_EXAMPLE.name} ({sorted(documented)}) nor given a default; "
+        "write $$ for a literal $"
+    )
+
+
+def test_no_literal_secrets(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    required = {("minio", "MINIO_ROOT_PASSWORD"), ("postgres", "POSTGRES_PASSWORD")}
+    for name, key in required:
+        assert key in environment(services[name]), f"service {name} sets no {key}"
+    literal = {
+        f"{name}.{key}": value
+        for name, service in services.items()
+        for key, value in environment(service).items()
+        if SECRET_KEY_NAMES.search(key) and not SECRET_REFERENCE.fullmatch(value)
+    }
+    assert not literal, (
+        "secrets must be ${LAKEHOUSE_...:?message} references to the environment, found: "
+        + ", ".join(sorted(literal))
+    )
+
+
+def test_postgres_is_ready_for_cdc(compose: dict[str, Any], external: Settings) -> None:
+    service = compose["services"]["postgres"]
+    args = tokens(service.get("command"))
+    settings_given = {args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "-c"}
+    assert "wal_level=logical" in settings_given, (
+        f"postgres command {args} lacks `-c wal_level=logical` (Debezium needs logical decoding)"
+    )
+    env = environment(service)
+    found = (env.get("POSTGRES_USER"), env.get("POSTGRES_DB"))
+    expected = (external.postgres.user, external.postgres.database)
+    assert found == expected, (
+        f"postgres POSTGRES_USER/POSTGRES_DB are {found}, postgres.user/database are {expected}"
+    )

@@ -1,0 +1,94 @@
+"""Configuration: profiles, precedence (yaml < .env < environment), errors naming the source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from settings import ConfigError, load_settings
+
+CONFIG = """
+default_profile: base
+profiles:
+  base:
+    state_dir: .state
+    tools_dir: .state/tools
+    kafka: {bootstrap_servers: "127.0.0.1:9092"}
+    connect: {url: "http://127.0.0.1:8083"}
+    s3: {endpoint: "http://127.0.0.1:9000", bucket: lake, broker_bucket: log}
+    postgres: {host: 127.0.0.1, port: 5432, database: db, user: me}
+    embedded:
+      seaweedfs: {master_port: 1, volume_port: 2, filer_port: 3, iceberg_port: 4,
+                  lance_port: 5, admin_port: 6, metrics_port: 7}
+  child:
+    extends: base
+    kafka: {bootstrap_servers: "broker:29092"}
+  loop_a: {extends: loop_b}
+  loop_b: {extends: loop_a}
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "lakehouse.yaml").write_text(CONFIG)
+    return tmp_path
+
+
+def test_default_profile_and_inheritance(project: Path) -> None:
+    base = load_settings(environ={}, project_dir=project)
+    assert base.profile == "base"
+    assert base.kafka.first_server() == ("127.0.0.1", 9092)
+    child = load_settings("child", environ={}, project_dir=project)
+    assert child.kafka.bootstrap_servers == "broker:29092"
+    assert child.s3.bucket == "lake"  # inherited
+    assert child.state_path == (project / ".state").resolve()
+
+
+def test_environment_beats_env_file_beats_yaml(project: Path) -> None:
+    (project / ".env").write_text(
+        "LAKEHOUSE_S3__BUCKET=from-dotenv\nLAKEHOUSE_POSTGRES__PORT=6000\n"
+        "LAKEHOUSE_S3__SECRET_KEY=s3cret\n")
+    settings = load_settings(environ={"LAKEHOUSE_POSTGRES__PORT": "7000"}, project_dir=project)
+    assert settings.s3.bucket == "from-dotenv"
+    assert settings.postgres.port == 7000
+    assert settings.s3.secret_key is not None
+    assert settings.s3.secret_key.get_secret_value() == "s3cret"
+    assert "s3cret" not in settings.model_dump_json()
+
+
+def test_profile_chosen_by_environment(project: Path) -> None:
+    settings = load_settings(environ={"LAKEHOUSE_PROFILE": "child"}, project_dir=project)
+    assert settings.profile == "child"
+
+
+def test_errors_name_the_variable_or_file_and_field(project: Path) -> None:
+    with pytest.raises(ConfigError, match=r"LAKEHOUSE_POSTGRES__PORT: postgres.port"):
+        load_settings(environ={"LAKEHOUSE_POSTGRES__PORT": "x"}, project_dir=project)
+    with pytest.raises(ConfigError, match=r"LAKEHOUSE_KAFKA__TYPO: kafka.typo: Extra inputs"):
+        load_settings(environ={"LAKEHOUSE_KAFKA__TYPO": "1"}, project_dir=project)
+    (project / "lakehouse.yaml").write_text(CONFIG.replace("port: 5432", "port: 99999"))
+    with pytest.raises(ConfigError, match=r"lakehouse.yaml \[profile base\]: postgres.port"):
+        load_settings(environ={}, project_dir=project)
+
+
+def test_unknown_profile_and_extends_loop(project: Path) -> None:
+    with pytest.raises(ConfigError, match="no profile 'nope'"):
+        load_settings("nope", environ={}, project_dir=project)
+    with pytest.raises(ConfigError, match="loops"):
+        load_settings("loop_a", environ={}, project_dir=project)
+
+
+def test_missing_secret_is_reported_with_the_variable(project: Path) -> None:
+    settings = load_settings(environ={}, project_dir=project)
+    with pytest.raises(ValueError, match="LAKEHOUSE_S3__ACCESS_KEY"):
+        settings.s3.credentials()
+    with pytest.raises(ValueError, match="LAKEHOUSE_POSTGRES__PASSWORD"):
+        settings.postgres.dsn_kwargs()
+
+
+def test_project_config_profiles_all_load() -> None:
+    for profile in ("embedded", "test", "external"):
+        settings = load_settings(profile)
+        assert settings.profile == profile
+    assert not load_settings("external").embedded.enabled

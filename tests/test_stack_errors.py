@@ -1,0 +1,106 @@
+"""Error paths: each names the component, the port or file, and the log; nothing is left."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.ports import port_is_free
+from tests.conftest import run_cli
+
+SEAWEEDFS_GRPC_OFFSET = 10000
+
+
+def _free_ports(count: int, start: int = 23000) -> list[int]:
+    """Ports free on loopback, together with their SeaweedFS gRPC twin (+10000)."""
+    ports = []
+    for port in range(start, start + 900):
+        if port_is_free(port) and port_is_free(port + SEAWEEDFS_GRPC_OFFSET):
+            ports.append(port)
+            if len(ports) == count:
+                return ports
+    raise RuntimeError("not enough free ports")
+
+
+@pytest.fixture
+def occupied_port() -> Iterator[int]:
+    port = _free_ports(1, start=23900)[0]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+        yield port
+
+
+def _isolated_env(tmp_path: Path, ports: list[int]) -> dict[str, str]:
+    """Overrides giving a whole stack its own state folder and ports."""
+    names = ["MASTER_PORT", "VOLUME_PORT", "FILER_PORT", "ICEBERG_PORT", "LANCE_PORT",
+             "ADMIN_PORT", "METRICS_PORT"]
+    pairs = zip(names, ports[:7], strict=True)
+    env = {f"LAKEHOUSE_EMBEDDED__SEAWEEDFS__{name}": str(port) for name, port in pairs}
+    env.update({
+        "LAKEHOUSE_STATE_DIR": str(tmp_path / "state"),
+        "LAKEHOUSE_S3__ENDPOINT": f"http://127.0.0.1:{ports[7]}",
+        "LAKEHOUSE_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{ports[8]}",
+        "LAKEHOUSE_CONNECT__URL": f"http://127.0.0.1:{ports[9]}",
+        "LAKEHOUSE_POSTGRES__PORT": str(ports[10]),
+    })
+    return env
+
+
+def test_taken_port_names_component_port_setting_and_log(
+    tmp_path: Path, occupied_port: int
+) -> None:
+    env = _isolated_env(tmp_path, _free_ports(11))
+    env["LAKEHOUSE_S3__ENDPOINT"] = f"http://127.0.0.1:{occupied_port}"
+    result = run_cli("up", env=env)
+    assert result.returncode == 2
+    assert (f"seaweedfs: port {occupied_port} (s3) on 127.0.0.1 is already in use"
+            in result.stderr), result.stderr
+    assert "LAKEHOUSE_S3__ENDPOINT" in result.stderr
+    assert f"log: {tmp_path / 'state' / 'logs' / 'seaweedfs.log'}" in result.stderr
+
+
+def test_failure_midway_stops_what_was_started(tmp_path: Path, occupied_port: int) -> None:
+    ports = _free_ports(11)
+    env = _isolated_env(tmp_path, ports)
+    env["LAKEHOUSE_CONNECT__URL"] = f"http://127.0.0.1:{occupied_port}"
+    result = run_cli("up", env=env)
+    assert result.returncode == 2, result.stderr
+    assert f"kafka-connect: port {occupied_port} (REST)" in result.stderr
+    assert "seaweedfs: healthy" in result.stderr and "tansu: healthy" in result.stderr
+    assert "tansu: stopping (start of the stack failed)" in result.stderr
+    assert "seaweedfs: stopping (start of the stack failed)" in result.stderr
+    pid_files = list((tmp_path / "state" / "pids").glob("*.pid"))
+    assert not pid_files, f"PID files left behind: {pid_files}"
+    taken = [p for p in ports if not port_is_free(p)]
+    assert not taken, f"ports still in use after the failed start: {taken}"
+    status = run_cli("status", "--json", env=env)
+    assert status.returncode == 1
+    assert status.stdout.count('"stopped"') == 4
+
+
+def test_missing_binary_names_the_file_and_the_fix(tmp_path: Path) -> None:
+    env = _isolated_env(tmp_path, _free_ports(11))
+    env["LAKEHOUSE_TOOLS_DIR"] = str(tmp_path / "no-tools")
+    result = run_cli("up", env=env)
+    assert result.returncode == 2
+    missing = tmp_path / "no-tools" / "bin" / "weed"
+    assert f"seaweedfs: binary not found: {missing}; run `make setup`" in result.stderr
+
+
+def test_bad_configuration_is_rejected_naming_the_variable(tmp_path: Path) -> None:
+    result = run_cli("up", env={"LAKEHOUSE_POSTGRES__PORT": "not-a-port"})
+    assert result.returncode == 2
+    assert "environment variable LAKEHOUSE_POSTGRES__PORT: postgres.port" in result.stderr
+    result = run_cli("status", profile="no-such-profile")
+    assert result.returncode == 2
+    assert "no profile 'no-such-profile'" in result.stderr
+
+
+def test_external_profile_starts_nothing(tmp_path: Path) -> None:
+    result = run_cli("up", profile="external")
+    assert result.returncode == 2
+    assert "embedded.enabled is false" in result.stderr

@@ -1,0 +1,83 @@
+"""`lakehouse up | status | down` against the real servers."""
+
+from __future__ import annotations
+
+import json
+
+import psutil
+
+from infra.stack import Stack
+from tests.conftest import assert_nothing_left, run_cli, stack_pids
+
+LOOPBACK = ("127.0.0.1", "::1", "::ffff:127.0.0.1")
+EXPECTED_VERSIONS = {"seaweedfs": "4.48", "tansu": "0.6.0", "kafka-connect": "3.9.0"}
+
+
+def test_status_reports_every_component_healthy(stack: Stack) -> None:
+    result = run_cli("status", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    assert set(rows) == {"seaweedfs", "tansu", "kafka-connect", "postgres"}
+    for row in rows.values():
+        assert row["state"] == "healthy", row
+        assert row["pid"] and row["uptime_seconds"] > 0, row
+        assert row["address"], row
+    for name, version in EXPECTED_VERSIONS.items():
+        assert rows[name]["version"] == version
+    assert rows["postgres"]["version"].startswith("15")
+
+
+def test_status_table_names_columns(stack: Stack) -> None:
+    result = run_cli("status")
+    assert result.returncode == 0
+    for word in ("component", "state", "address", "version", "uptime", "healthy"):
+        assert word in result.stdout
+
+
+def test_up_again_leaves_healthy_components_alone(stack: Stack) -> None:
+    before = stack_pids(stack)
+    result = run_cli("up")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("already healthy, left alone") == 4
+    assert stack_pids(stack) == before
+
+
+def test_servers_listen_on_loopback_only(stack: Stack) -> None:
+    pids = set()
+    for pid in stack_pids(stack):
+        pids.add(pid)
+        pids.update(child.pid for child in psutil.Process(pid).children(recursive=True))
+    listening = [c for c in psutil.net_connections(kind="inet")
+                 if c.status == psutil.CONN_LISTEN and c.pid in pids]
+    assert listening, "no listening sockets found for the stack's processes"
+    exposed = [(c.pid, c.laddr) for c in listening if c.laddr.ip not in LOOPBACK]
+    assert not exposed, f"servers bound beyond loopback: {exposed}"
+
+
+def test_dead_component_is_restarted_by_up(stack: Stack) -> None:
+    tansu = stack.component("tansu")
+    old_pid = tansu.process.pid()
+    assert old_pid is not None
+    psutil.Process(old_pid).kill()
+    psutil.Process(old_pid).wait(10)
+    result = run_cli("status", "--json")
+    assert result.returncode == 1  # not everything is up
+    assert {r["name"]: r["state"] for r in json.loads(result.stdout)}["tansu"] == "stopped"
+    result = run_cli("up")
+    assert result.returncode == 0, result.stderr
+    assert "tansu: starting" in result.stderr
+    assert tansu.process.pid() not in (None, old_pid)
+
+
+def test_down_stops_everything_and_second_down_is_a_noop(stack: Stack) -> None:
+    pids = stack_pids(stack)
+    assert len(pids) == 4
+    result = run_cli("down")
+    assert result.returncode == 0, result.stderr
+    assert_nothing_left(stack, pids)
+    again = run_cli("down")
+    assert again.returncode == 0
+    assert "nothing was running" in again.stderr
+    # bring it back for the tests that follow
+    result = run_cli("up")
+    assert result.returncode == 0, result.stderr
