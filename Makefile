@@ -48,7 +48,7 @@ docs: setup ## Generate and serve the dbt docs site on loopback
 test: setup ## Run the test suite against real servers (starts and stops its own stack)
 	$(BIN)/python -m pytest
 
-bench: setup ## Run benchmarks (BENCH=stack for one); results as JSON under .state/bench
+bench: setup ## Run benchmarks (BENCH=stack for one); JSON results under .state/test/bench
 	$(BIN)/python -m benchmarks $(BENCH)
 
 lint: setup ## ruff over the project

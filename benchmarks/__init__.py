@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m benchmarks [NAME]`, each writing JSON (machine noted) under bench/."""

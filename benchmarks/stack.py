@@ -1,0 +1,110 @@
+"""Cold `lakehouse up` to all healthy, and the steady RSS of the idle stack.
+
+Runs the CLI as a user would, on the `test` profile's ports with a state folder of its
+own. Baselines measured in the same run: a bare JVM start (`java -version`), since Kafka
+Connect's JVM dominates start time, so figures can be compared across noisy machines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import psutil
+
+from benchmarks.machine import machine_info
+from infra.stack import Stack
+from settings import load_settings
+
+PROFILE = "test"
+TARGET_UP_SECONDS = 30.0
+TARGET_RSS_GIB = 1.5
+
+
+def _cli(env: dict[str, str], *args: str) -> float:
+    began = time.monotonic()
+    subprocess.run([sys.executable, "-m", "cli.main", "--profile", PROFILE, *args],
+                   env=env, check=True, capture_output=True, text=True)
+    return time.monotonic() - began
+
+
+def _stack_rss_bytes(stack: Stack) -> int:
+    total = 0
+    for component in stack.components:
+        pid = component.process.pid()
+        if pid is None:
+            raise RuntimeError(f"{component.name} is not running")
+        root = psutil.Process(pid)
+        for proc in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                total += proc.memory_info().rss
+    return total
+
+
+def _jvm_start_seconds() -> float:
+    java = shutil.which("java") or "java"
+    runs = []
+    for _ in range(3):
+        began = time.monotonic()
+        subprocess.run([java, "-version"], capture_output=True, check=True)
+        runs.append(time.monotonic() - began)
+    return statistics.median(runs)
+
+
+def run(report: Any = print) -> dict[str, Any]:
+    base = load_settings(PROFILE)
+    state = base.state_path.parent / "bench" / "stack-state"
+    env = {**os.environ, "LAKEHOUSE_STATE_DIR": str(state)}
+    settings = load_settings(PROFILE, environ=env)
+    stack = Stack(settings)
+    _cli(env, "down")
+    if state.exists():
+        stack.component("postgres").remove_data()  # type: ignore[attr-defined]
+        shutil.rmtree(state)
+    try:
+        report("cold up with empty data folders (includes initdb, bucket creation)...")
+        first = _cli(env, "up")
+        _cli(env, "down")
+        report("cold up with existing data folders (3 runs)...")
+        warm = []
+        for _ in range(3):
+            warm.append(_cli(env, "up"))
+            _cli(env, "down")
+        _cli(env, "up")
+        report("idle stack: sampling RSS for 20 s after 10 s of settling...")
+        time.sleep(10)
+        samples = []
+        for _ in range(10):
+            samples.append(_stack_rss_bytes(stack))
+            time.sleep(2)
+        per_component = {}
+        for component in stack.components:
+            root = psutil.Process(component.process.pid())
+            rss = sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+            per_component[component.name] = round(rss / 2**20)
+    finally:
+        _cli(env, "down")
+    jvm = _jvm_start_seconds()
+    up_seconds = statistics.median(warm)
+    rss_gib = statistics.median(samples) / 2**30
+    return {
+        "benchmark": "stack",
+        "machine": machine_info(),
+        "cold_up_first_run_s": round(first, 2),
+        "cold_up_s_median": round(up_seconds, 2),
+        "cold_up_s_runs": [round(w, 2) for w in warm],
+        "idle_rss_gib_median": round(rss_gib, 3),
+        "idle_rss_mib_by_component": per_component,
+        "baseline_jvm_start_s": round(jvm, 3),
+        "ratio_up_to_jvm_start": round(up_seconds / jvm, 1),
+        "ratio_up_to_target": round(up_seconds / TARGET_UP_SECONDS, 2),
+        "ratio_rss_to_target": round(rss_gib / TARGET_RSS_GIB, 2),
+        "target_up_s": TARGET_UP_SECONDS,
+        "target_rss_gib": TARGET_RSS_GIB,
+    }
