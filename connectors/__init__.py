@@ -1,0 +1,1 @@
+"""Sources: Python scrapers, Kafka Connect connector files and the Connect REST client."""

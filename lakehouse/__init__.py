@@ -1,0 +1,1 @@
+"""Tables as code: definitions, Delta table properties, table management, storage options."""

@@ -1,0 +1,1 @@
+"""Spark: the session factory, the Kafka and Delta data sources, the streaming jobs."""
