@@ -95,6 +95,9 @@ class Component(ABC):
     def run_as(self) -> str | None:
         return None
 
+    def working_dir(self) -> Path | None:
+        return None
+
     def prepare(self) -> None:
         """Write config files, initialise data folders; runs before each start."""
 
@@ -127,7 +130,8 @@ class Component(ABC):
         self.check_ports()
         self.prepare()
         began = time.monotonic()
-        self.process.start(self.command(), env=self.environment(), user=self.run_as())
+        self.process.start(self.command(), env=self.environment(), cwd=self.working_dir(),
+                           user=self.run_as())
         if not wait_until(self.healthy, self.start_timeout,
                           abort=lambda: self.process.exited_early() is not None):
             code = self.process.exited_early()

@@ -57,6 +57,9 @@ class Postgres(Component):
     def run_as(self) -> str | None:
         return SYSTEM_USER if os.geteuid() == 0 else None
 
+    def working_dir(self) -> Path:
+        return self.cluster_dir
+
     @property
     def cluster_dir(self) -> Path:
         """Folder holding data and socket; under the state folder unless running as root."""
