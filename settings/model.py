@@ -89,6 +89,28 @@ class PostgresSettings(_Section):
         }
 
 
+class SparkSettings(_Section):
+    """Local Spark sized for a 2-core laptop; `master` may name a real cluster."""
+
+    master: str = "local[2]"
+    driver_memory: str = "2g"
+    shuffle_partitions: int = Field(default=4, ge=1)
+    ui_enabled: bool = False
+    ui_port: int = Field(default=4040, ge=1, le=65535)
+    log_level: str = "WARN"
+    # Extra Spark confs, e.g. {"spark.executor.memory": "4g"} on a cluster.
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class LakehouseSettings(_Section):
+    """Where Delta tables and streaming checkpoints live."""
+
+    # Tables go to s3://<s3.bucket>/<tables_prefix>/<table name>.
+    tables_prefix: str = "tables"
+    # Streaming checkpoints: a local folder under the state folder (relative) or a URI.
+    checkpoint_dir: str = "checkpoints"
+
+
 class SeaweedfsPorts(_Section):
     """SeaweedFS's internal HTTP ports; each server also listens on port + 10000 (gRPC)."""
 
@@ -119,6 +141,8 @@ class Settings(_Section):
     s3: S3Settings
     postgres: PostgresSettings
     embedded: EmbeddedSettings
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+    lakehouse: LakehouseSettings = Field(default_factory=LakehouseSettings)
 
     @field_validator("state_dir", "tools_dir")
     @classmethod
@@ -134,6 +158,19 @@ class Settings(_Section):
     def state_path(self) -> Path:
         """Absolute state folder (a relative `state_dir` is taken from the project folder)."""
         return self._absolute(self.state_dir)
+
+    @property
+    def tables_uri(self) -> str:
+        """Root URI of the lakehouse's Delta tables."""
+        return f"s3://{self.s3.bucket}/{self.lakehouse.tables_prefix.strip('/')}"
+
+    @property
+    def checkpoint_root(self) -> str:
+        """Root of streaming checkpoints: an absolute path or a URI."""
+        value = self.lakehouse.checkpoint_dir
+        if "://" in value or value.startswith("/"):
+            return value
+        return str(self.state_path / value)
 
     @property
     def tools_path(self) -> Path:

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+from pyspark.sql import SparkSession
 
 from infra.ports import port_is_free
 from infra.stack import Stack
 from settings import Settings, load_settings
+from spark_streaming.session import build_spark_session
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 TEST_PROFILE = "test"
@@ -60,3 +62,11 @@ def stack(settings: Settings) -> Iterator[Stack]:
     result = run_cli("down")
     assert result.returncode == 0, result.stderr
     assert_nothing_left(running, pids)
+
+
+@pytest.fixture(scope="session")
+def spark(settings: Settings) -> Iterator[SparkSession]:
+    """The project's SparkSession (test profile), shared by the whole test session."""
+    session = build_spark_session(settings, app_name="lakehouse-tests")
+    yield session
+    session.stop()

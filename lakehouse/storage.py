@@ -1,0 +1,31 @@
+"""Storage options for delta-rs and pyarrow, from the project configuration (never code)."""
+
+from __future__ import annotations
+
+from settings import Settings
+
+
+def storage_options(settings: Settings, uri: str) -> dict[str, str]:
+    """delta-rs `storage_options` for `uri`: S3 credentials and endpoint for s3:// URIs."""
+    if not uri.startswith(("s3://", "s3a://")):
+        return {}
+    try:
+        access_key, secret_key = settings.s3.credentials()
+    except ValueError as exc:
+        raise ValueError(f"cannot open {uri}: {exc}") from exc
+    options = {
+        "AWS_ENDPOINT_URL": settings.s3.endpoint,
+        "AWS_ACCESS_KEY_ID": access_key,
+        "AWS_SECRET_ACCESS_KEY": secret_key,
+        "AWS_REGION": settings.s3.region,
+        # path-style addressing: buckets are not DNS names on a local S3 server
+        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
+    }
+    if settings.s3.endpoint.startswith("http://"):
+        options["AWS_ALLOW_HTTP"] = "true"
+    return options
+
+
+def table_uri(settings: Settings, name: str) -> str:
+    """URI of the lakehouse table `name`."""
+    return f"{settings.tables_uri}/{name}"

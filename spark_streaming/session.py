@@ -1,0 +1,66 @@
+"""The one place a SparkSession is built: jobs, tests and notebooks all come through here."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+from settings import Settings
+
+LOOPBACK = "127.0.0.1"
+
+
+def _spark_confs(settings: Settings, app_name: str) -> dict[str, str]:
+    spark = settings.spark
+    confs = {
+        "spark.app.name": app_name,
+        "spark.master": spark.master,
+        "spark.driver.memory": spark.driver_memory,
+        "spark.sql.shuffle.partitions": str(spark.shuffle_partitions),
+        "spark.default.parallelism": str(spark.shuffle_partitions),
+        "spark.ui.enabled": str(spark.ui_enabled).lower(),
+        "spark.ui.port": str(spark.ui_port),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+        # Python data sources move Arrow batches; keep them large.
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "50000",
+        "spark.python.worker.reuse": "true",
+        "spark.sql.catalogImplementation": "in-memory",
+    }
+    if spark.master.startswith("local"):
+        confs.update({
+            "spark.driver.host": LOOPBACK,
+            "spark.driver.bindAddress": LOOPBACK,
+        })
+    confs.update(spark.conf)
+    return confs
+
+
+def build_spark_session(settings: Settings, app_name: str = "lakehouse") -> SparkSession:
+    """A SparkSession configured from `settings`, with the project's data sources registered."""
+    # Without these Spark binds to a non-loopback address and runs workers on another Python.
+    if settings.spark.master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    builder = SparkSession.builder
+    for key, value in _spark_confs(settings, app_name).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(settings.spark.log_level)
+    register_data_sources(session)
+    return session
+
+
+def register_data_sources(session: SparkSession) -> None:
+    """Make the project's Kafka and Delta sources available by name."""
+    from spark_streaming.delta_source import DeltaLakeDataSource
+    from spark_streaming.kafka_source import KafkaDataSource
+
+    session.dataSource.register(KafkaDataSource)
+    session.dataSource.register(DeltaLakeDataSource)
