@@ -154,6 +154,51 @@ def _planned(command: str, plan: str, issue: str) -> None:
 
 
 @cli.command()
+@click.option("--topic", "topics", multiple=True,
+              help="Topic to ingest (repeatable). Default: every topic with the configured "
+                   "kafka.topic_prefix.")
+@click.option("--continuous", is_flag=True,
+              help="Keep running on a processing-time trigger until Ctrl-C/SIGTERM "
+                   "(default: catch up with availableNow, then exit).")
+@click.option("--interval", default="10 seconds", show_default=True,
+              help="Trigger interval in continuous mode.")
+@click.option("--max-offsets-per-trigger", type=int, default=None,
+              help="Cap on records per micro-batch (all partitions together).")
+@click.pass_context
+def bronze(ctx: click.Context, topics: tuple[str, ...], continuous: bool, interval: str,
+           max_offsets_per_trigger: int | None) -> None:
+    """Kafka topics -> bronze_<topic> Delta tables (raw, append-only, exactly once)."""
+    from spark_streaming import bronze as job
+    from spark_streaming.session import build_spark_session
+
+    settings = _settings(ctx)
+    chosen = list(topics) or _prefixed_topics(settings)
+    if not chosen:
+        raise click.UsageError(f"no topics given and none start with "
+                               f"{settings.kafka.topic_prefix!r}")
+    _say(f"bronze: {', '.join(chosen)} -> {settings.tables_uri}")
+    spark = build_spark_session(settings, app_name="lakehouse-bronze")
+    try:
+        with job.stop_on_signals() as stop:
+            if continuous:
+                job.run_continuous(spark, settings, chosen, _say, stop, interval,
+                                   max_offsets_per_trigger)
+            else:
+                totals = job.run_available_now(spark, settings, chosen, _say,
+                                               max_offsets_per_trigger, stop)
+                _say(f"bronze caught up: {json.dumps(totals)}")
+    finally:
+        spark.stop()
+
+
+def _prefixed_topics(settings: Settings) -> list[str]:
+    from infra.clients import kafka_admin
+
+    topics = kafka_admin(settings).list_topics(timeout=10).topics
+    return sorted(t for t in topics if t.startswith(settings.kafka.topic_prefix))
+
+
+@cli.command()
 def ingest() -> None:
     """Run the pipeline: sources -> Kafka -> bronze/silver/gold Delta tables."""
     _planned("ingest", "bring up the stack, apply tables and connectors, start the scrapers "

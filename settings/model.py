@@ -24,6 +24,9 @@ class KafkaSettings(_Section):
     bootstrap_servers: str
     topic_prefix: str = ""
     dlq_topic_suffix: str = ".dlq"
+    # Find the true log end by reading the last record batch: needed on the embedded broker
+    # (Tansu 0.6 reports the last batch's base offset + 1), never on real Apache Kafka.
+    end_offset_probe: bool = False
 
     @field_validator("bootstrap_servers")
     @classmethod

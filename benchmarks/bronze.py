@@ -1,0 +1,184 @@
+"""Bronze throughput: the Spark bronze job against a single-process confluent-kafka + delta-rs
+baseline on the same data, in the same run.
+
+Needs the embedded stack (the `test` profile's ports; started and stopped here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+import psutil
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+from deltalake import write_deltalake
+
+from benchmarks.machine import machine_info
+from infra.clients import kafka_admin, kafka_config
+from lakehouse.storage import storage_options, table_uri
+from settings import Settings, load_settings
+from spark_streaming.bronze import run_available_now
+from spark_streaming.kafka_source.metadata import BrokerMetadata
+from spark_streaming.kafka_source.options import KafkaSourceOptions
+from spark_streaming.kafka_source.partition_reader import _Columns
+from spark_streaming.session import build_spark_session
+
+PROFILE = "test"
+EVENTS = int(os.environ.get("BENCH_BRONZE_EVENTS", "1000000"))
+PARTITIONS = 6
+TARGET_EPS = 100_000
+TARGET_RATIO = 0.6
+
+
+def _event(i: int) -> bytes:
+    body = (f'{{"station_id": "station-{i % 500}", "num_bikes_available": {i % 30}, '
+            f'"num_docks_available": {30 - i % 30}, "is_renting": true, "seq": {i}, '
+            f'"last_reported": 1795300000, "note": "')
+    return (body + "x" * max(0, 297 - len(body)) + '"}').encode()
+
+
+def produce(settings: Settings, topic: str, report: Any) -> float:
+    admin = kafka_admin(settings)
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
+    producer = Producer({**kafka_config(settings), "linger.ms": 50, "batch.size": 1_000_000,
+                         "compression.type": "lz4", "queue.buffering.max.messages": 500_000})
+    began = time.monotonic()
+    for i in range(EVENTS):
+        while True:
+            try:
+                producer.produce(topic, key=f"station-{i % 500}".encode(), value=_event(i))
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if i % 100_000 == 0:
+            producer.poll(0)
+            report(f"produced {i:,}")
+    assert producer.flush(120) == 0
+    return time.monotonic() - began
+
+
+def baseline(settings: Settings, topic: str, uri: str) -> float:
+    """One Python process: consume every partition, write Arrow batches with delta-rs."""
+    options = KafkaSourceOptions.parse({
+        "kafka.bootstrap.servers": settings.kafka.bootstrap_servers, "subscribe": topic,
+        "endOffsetProbe": str(settings.kafka.end_offset_probe).lower()})
+    broker = BrokerMetadata(options)
+    _, ends = broker.watermarks(broker.partitions())
+    broker.close()
+    began = time.monotonic()
+    consumer = Consumer(options.client_conf(**{
+        "group.id": f"bench-{uuid.uuid4().hex}", "enable.auto.commit": False,
+        "enable.partition.eof": True}))
+    consumer.assign([TopicPartition(topic, int(p), 0) for p in ends[topic]])
+    done: set[int] = set()
+    batches: dict[int, _Columns] = {}
+    store = storage_options(settings, uri)
+    written = 0
+    pending: list[pa.RecordBatch] = []
+    while len(done) < len(ends[topic]):
+        for message in consumer.consume(num_messages=10000, timeout=0.5):
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    done.add(message.partition())
+                continue
+            columns = batches.setdefault(message.partition(), _Columns())
+            columns.add(message)
+            if len(columns) >= 20000:
+                pending.append(columns.to_batch(topic, message.partition()))
+                batches[message.partition()] = _Columns()
+        if sum(b.num_rows for b in pending) >= 200_000:
+            written += _write(uri, store, pending)
+            pending = []
+    pending.extend(c.to_batch(topic, p) for p, c in batches.items() if len(c))
+    written += _write(uri, store, pending)
+    consumer.close()
+    assert written == EVENTS, f"baseline wrote {written} of {EVENTS}"
+    return time.monotonic() - began
+
+
+def _write(uri: str, store: dict[str, str], batches: list[pa.RecordBatch]) -> int:
+    if not batches:
+        return 0
+    table = pa.Table.from_batches(batches)
+    table = table.append_column("ingested_at", pa.array(
+        [time.time_ns() // 1000] * table.num_rows, pa.timestamp("us", tz="UTC")))
+    write_deltalake(uri, table, mode="append", storage_options=store)
+    return table.num_rows
+
+
+class PeakRss:
+    """Peak RSS of this process and all its children (the Spark JVM and Python workers)."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        me = psutil.Process()
+        while not self._stop.is_set():
+            total = 0
+            for proc in [me, *me.children(recursive=True)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    total += proc.memory_info().rss
+            self.peak = max(self.peak, total)
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run(report: Any = print) -> dict[str, Any]:
+    settings = load_settings(PROFILE)
+    cli = [sys.executable, "-m", "cli.main", "--profile", PROFILE]
+    subprocess.run([*cli, "up"], check=True, capture_output=True)
+    try:
+        topic = f"bench.bronze.{uuid.uuid4().hex[:8]}"
+        report(f"producing {EVENTS:,} events of ~300 bytes over {PARTITIONS} partitions")
+        produce_s = produce(settings, topic, report)
+        report("baseline: confluent-kafka + delta-rs in one process")
+        base_s = baseline(settings, topic, table_uri(settings, f"bench_baseline_{topic[-8:]}"))
+        report(f"baseline: {EVENTS / base_s:,.0f} events/s")
+        with PeakRss() as rss:
+            began = time.monotonic()
+            spark = build_spark_session(settings, app_name="bench-bronze")
+            spark_start_s = time.monotonic() - began
+            began = time.monotonic()
+            totals = run_available_now(spark, settings, [topic], report)
+            spark_s = time.monotonic() - began
+            spark.stop()
+        assert sum(totals.values()) >= EVENTS, totals
+    finally:
+        subprocess.run([*cli, "down"], check=False, capture_output=True)
+    baseline_eps = EVENTS / base_s
+    spark_eps = EVENTS / spark_s
+    return {
+        "benchmark": "bronze",
+        "machine": machine_info(),
+        "events": EVENTS,
+        "partitions": PARTITIONS,
+        "produce_s": round(produce_s, 1),
+        "baseline_s": round(base_s, 1),
+        "spark_s": round(spark_s, 1),
+        "spark_session_start_s": round(spark_start_s, 1),
+        "baseline_eps": round(baseline_eps),
+        "spark_eps": round(spark_eps),
+        "ratio": round(spark_eps / baseline_eps, 2),
+        "peak_rss_mb": round(rss.peak / 2**20),
+        "target_spark_eps": TARGET_EPS,
+        "target_ratio": TARGET_RATIO,
+    }

@@ -1,0 +1,136 @@
+"""Bronze job: topics -> Delta tables on the S3 server, exactly once across crashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow.compute as pc
+from confluent_kafka import Producer
+from confluent_kafka.admin import NewTopic
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from infra.clients import kafka_admin, kafka_config
+from infra.stack import Stack
+from lakehouse.storage import storage_options
+from settings import Settings
+from spark_streaming.bronze import bronze_table_name, plan, run_available_now
+from tests.conftest import PROJECT_DIR, TEST_PROFILE
+
+
+def _topic_with_records(settings: Settings, count: int, partitions: int = 3) -> tuple[str, set]:
+    topic = f"br.{uuid.uuid4().hex[:10]}"
+    admin = kafka_admin(settings)
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=20)
+    producer = Producer({**kafka_config(settings), "enable.idempotence": True,
+                         "linger.ms": 20})
+    values = set()
+    for i in range(count):
+        value = f'{{"n": {i}, "pad": "{"x" * (i % 50)}"}}'.encode()
+        values.add(value)
+        producer.produce(topic, key=f"station-{i % 17}".encode(), value=value)
+    assert producer.flush(30) == 0
+    return topic, values
+
+
+def _table(settings: Settings, topic: str) -> DeltaTable:
+    spec = plan(settings, [topic])[0]
+    return DeltaTable(spec.table_uri, storage_options=storage_options(settings, spec.table_uri))
+
+
+def _rows(settings: Settings, topic: str):
+    return _table(settings, topic).to_pyarrow_dataset().to_table(
+        columns=["topic", "partition", "offset", "value"])
+
+
+def _assert_exactly_once(settings: Settings, topic: str, values: set) -> None:
+    rows = _rows(settings, topic)
+    coordinates = set(zip(rows["topic"].to_pylist(), rows["partition"].to_pylist(),
+                          rows["offset"].to_pylist(), strict=True))
+    assert len(coordinates) == rows.num_rows, "an offset was written twice"
+    assert rows.num_rows == len(values), f"{rows.num_rows} rows for {len(values)} records"
+    assert set(rows["value"].to_pylist()) == values
+
+
+def test_round_trip_every_record_once_and_byte_identical(
+    stack: Stack, settings: Settings, spark: SparkSession
+) -> None:
+    topic, values = _topic_with_records(settings, 3000)
+    totals = run_available_now(spark, settings, [topic], lambda _m: None)
+    assert totals == {bronze_table_name(topic): 3000}
+    _assert_exactly_once(settings, topic, values)
+    table = _table(settings, topic)
+    assert table.metadata().configuration.get("delta.appendOnly") == "true"
+    schema = [f.name for f in table.schema().fields]
+    assert schema[:6] == ["key", "value", "headers", "topic", "partition", "offset"]
+    assert {"kafka_timestamp", "ingested_at"} <= set(schema)
+    # running again finds nothing new and adds nothing
+    version = table.version()
+    assert run_available_now(spark, settings, [topic], lambda _m: None)[
+        bronze_table_name(topic)] == 0
+    assert _table(settings, topic).version() == version
+
+
+def test_sigkill_mid_stream_then_restart_loses_and_duplicates_nothing(
+    stack: Stack, settings: Settings, spark: SparkSession
+) -> None:
+    topic, values = _topic_with_records(settings, 6000)
+    command = [sys.executable, "-m", "cli.main", "--profile", TEST_PROFILE, "bronze",
+               "--topic", topic, "--continuous", "--interval", "1 second",
+               "--max-offsets-per-trigger", "400"]
+    driver = subprocess.Popen(command, cwd=PROJECT_DIR, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        version = -1
+        while time.monotonic() < deadline and driver.poll() is None:
+            try:
+                version = _table(settings, topic).version()
+            except Exception:
+                version = -1
+            if version >= 3:
+                break
+            time.sleep(0.3)
+        assert driver.poll() is None, driver.stderr.read() if driver.stderr else ""
+        assert version >= 3, "the job committed no batches in time"
+        os.killpg(driver.pid, signal.SIGKILL)  # the driver and its JVM die mid-stream
+        driver.wait(30)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(30)
+    before = _rows(settings, topic).num_rows
+    assert 0 < before < len(values), "the crash should have happened mid-stream"
+    run_available_now(spark, settings, [topic], lambda _m: None)
+    _assert_exactly_once(settings, topic, values)
+
+
+def test_crash_after_delta_commit_before_spark_commit_is_not_duplicated(
+    stack: Stack, settings: Settings, spark: SparkSession
+) -> None:
+    """Remove the newest entry of the checkpoint's commit log: the state a crash leaves
+    between the Delta commit and Spark recording the batch. The replayed batch must be
+    recognised by its app transaction and skipped."""
+    topic, values = _topic_with_records(settings, 1500)
+    run_available_now(spark, settings, [topic], lambda _m: None, max_offsets_per_trigger=500)
+    _assert_exactly_once(settings, topic, values)
+    spec = plan(settings, [topic])[0]
+    commits = sorted(Path(spec.checkpoint, "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    assert commits, "no commit log entries"
+    last = commits[-1]
+    table = _table(settings, topic)
+    assert table.transaction_version(spec.app_id) == int(last.name)
+    version_before = table.version()
+    last.unlink()
+    run_available_now(spark, settings, [topic], lambda _m: None)
+    _assert_exactly_once(settings, topic, values)
+    assert Path(spec.checkpoint, "commits", last.name).exists(), "the batch was not replayed"
+    assert _table(settings, topic).version() == version_before
+    counts = pc.value_counts(_rows(settings, topic)["partition"]).to_pylist()
+    assert sum(c["counts"] for c in counts) == len(values)
