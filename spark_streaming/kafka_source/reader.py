@@ -78,13 +78,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         _, end = self.broker.watermarks(partitions)
         if self.options.max_offsets_per_trigger is None:
             return end
-        start = self._next_start
-        if start is None and self.options.checkpoint_location:
-            # Spark asks for the latest offset before telling the source where it starts
-            # (and with availableNow before initialOffset): a restarted query resumes where
-            # its checkpoint's offset log ends, a new one at the starting offsets.
-            start = (_last_checkpointed_offsets(self.options.checkpoint_location)
-                     or self.initialOffset())
+        start = self._batch_start()
         if start is None:
             log.warning("maxOffsetsPerTrigger: start of this batch unknown (give the option "
                         "checkpointLocation); this batch is not capped")
@@ -92,6 +86,16 @@ class KafkaStreamReader(DataSourceStreamReader):
         capped = apply_cap(start, end, self.options.max_offsets_per_trigger)
         self._next_start = capped
         return capped
+
+    def _batch_start(self) -> Offsets | None:
+        """Where the next batch starts. Spark asks for the latest offset without saying (and
+        with availableNow before initialOffset), so with a checkpoint location the end of
+        its offset log is the answer, else the starting offsets; without one, what this
+        reader returned last."""
+        if self.options.checkpoint_location:
+            return (_last_checkpointed_offsets(self.options.checkpoint_location)
+                    or self.initialOffset())
+        return self._next_start
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         earliest, _ = self.broker.watermarks(
