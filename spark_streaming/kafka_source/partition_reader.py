@@ -31,42 +31,66 @@ class OffsetRange(InputPartition):
 
 
 class _Columns:
-    """Column buffers for one Arrow batch."""
+    """Column buffers for one Arrow batch, filled a consume() call at a time."""
 
     def __init__(self) -> None:
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.offsets: list[int] = []
-        self.timestamps: list[int | None] = []
-        self.timestamp_types: list[int] = []
-        self.headers: list[list[tuple[str, bytes | None]] | None] = []
+        self.messages: list[Any] = []
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return len(self.messages)
 
     def add(self, message: Any) -> None:
-        self.keys.append(message.key())
-        self.values.append(message.value())
-        self.offsets.append(message.offset())
-        kind, millis = message.timestamp()
-        self.timestamps.append(millis * 1000 if kind in _TIMESTAMP_TYPES else None)
-        self.timestamp_types.append(_TIMESTAMP_TYPES.get(kind, -1))
-        headers = message.headers()
-        self.headers.append([(k, v) for k, v in headers] if headers else [])
+        self.messages.append(message)
+
+    def extend(self, messages: list[Any]) -> None:
+        self.messages.extend(messages)
 
     def to_batch(self, topic: str, partition: int) -> pa.RecordBatch:
-        size = len(self)
+        messages = self.messages
+        size = len(messages)
+        stamps = [m.timestamp() for m in messages]
+        headers = [m.headers() for m in messages]
+        header_type = ARROW_SCHEMA.field("headers").type
+        if any(headers):
+            header_column = pa.array(
+                [[{"key": k, "value": v} for k, v in h] if h else [] for h in headers],
+                header_type)
+        else:  # the common case: no headers at all, no per-record Python objects
+            header_column = pa.ListArray.from_arrays(
+                pa.array([0] * (size + 1), pa.int32()), pa.array([], header_type.value_type))
         return pa.RecordBatch.from_arrays([
-            pa.array(self.keys, pa.binary()),
-            pa.array(self.values, pa.binary()),
+            pa.array([m.key() for m in messages], pa.binary()),
+            pa.array([m.value() for m in messages], pa.binary()),
             pa.array([topic] * size, pa.string()),
             pa.array([partition] * size, pa.int32()),
-            pa.array(self.offsets, pa.int64()),
-            pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
-            pa.array(self.timestamp_types, pa.int32()),
-            pa.array([[{"key": k, "value": v} for k, v in h] for h in self.headers],
-                     ARROW_SCHEMA.field("headers").type),
+            pa.array([m.offset() for m in messages], pa.int64()),
+            pa.array([ms * 1000 if kind in _TIMESTAMP_TYPES else None for kind, ms in stamps],
+                     pa.timestamp("us", tz="UTC")),
+            pa.array([_TIMESTAMP_TYPES.get(kind, -1) for kind, _ in stamps], pa.int32()),
+            header_column,
         ], schema=ARROW_SCHEMA)
+
+
+def _within_range(messages: list[Any], last_wanted: int, topic: str,
+                  partition: int) -> tuple[list[Any], bool]:
+    """The records of `messages` up to `last_wanted`, and whether the range is complete."""
+    last = messages[-1]
+    plain_run = last.error() is None and last.offset() < last_wanted
+    if plain_run and all(m.error() is None for m in messages):  # fast path
+        return messages, False
+    kept = []
+    for message in messages:
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                return kept, True
+            raise RuntimeError(f"reading topic {topic} partition {partition}: {error}")
+        if message.offset() > last_wanted:
+            return kept, True
+        kept.append(message)
+        if message.offset() == last_wanted:
+            return kept, True
+    return kept, False
 
 
 def read_range(
@@ -95,7 +119,7 @@ def read_range(
         idle_since = time.monotonic()
         done = False
         while not done:
-            messages = consumer.consume(num_messages=min(batch_rows, 10000), timeout=0.5)
+            messages = consumer.consume(num_messages=min(batch_rows, 50000), timeout=0.5)
             if not messages:
                 if (time.monotonic() - idle_since) * 1000 > poll_timeout_ms:
                     raise TimeoutError(
@@ -103,21 +127,8 @@ def read_range(
                         f"{poll_timeout_ms} ms; expected offsets up to {last_wanted}")
                 continue
             idle_since = time.monotonic()
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        done = True
-                        break
-                    raise RuntimeError(f"reading topic {topic} partition {partition} at "
-                                       f"offset {offset_range.start}+: {error}")
-                if message.offset() > last_wanted:
-                    done = True
-                    break
-                columns.add(message)
-                if message.offset() == last_wanted:
-                    done = True
-                    break
+            kept, done = _within_range(messages, last_wanted, topic, partition)
+            columns.extend(kept)
             if len(columns) >= batch_rows or (done and len(columns)):
                 yield columns.to_batch(topic, partition)
                 columns = _Columns()
