@@ -30,6 +30,8 @@ def _spark_confs(settings: Settings, app_name: str) -> dict[str, str]:
         "spark.sql.execution.arrow.maxRecordsPerBatch": "50000",
         "spark.python.worker.reuse": "true",
         "spark.sql.catalogImplementation": "in-memory",
+        # Off by default; Spark then refuses to plan readers that implement pushFilters.
+        "spark.sql.python.filterPushdown.enabled": "true",
     }
     if spark.master.startswith("local"):
         confs.update({
