@@ -114,6 +114,18 @@ class LakehouseSettings(_Section):
     checkpoint_dir: str = "checkpoints"
 
 
+class RentalsSettings(_Section):
+    """The rentals database (Debezium CDC source) and its traffic generator."""
+
+    # Changes per second the traffic generator makes (inserts, updates, deletes together).
+    traffic_rate_per_s: float = Field(default=2.0, gt=0, le=1000)
+    seed: int = 7
+    stations: int = Field(default=25, ge=1, le=10000)
+    bikes: int = Field(default=150, ge=1, le=100000)
+    # Share of new rentals cancelled (deleted) instead of ended.
+    cancel_share: float = Field(default=0.1, ge=0, le=1)
+
+
 class SeaweedfsPorts(_Section):
     """SeaweedFS's internal HTTP ports; each server also listens on port + 10000 (gRPC)."""
 
@@ -146,6 +158,7 @@ class Settings(_Section):
     embedded: EmbeddedSettings
     spark: SparkSettings = Field(default_factory=SparkSettings)
     lakehouse: LakehouseSettings = Field(default_factory=LakehouseSettings)
+    rentals: RentalsSettings = Field(default_factory=RentalsSettings)
 
     @field_validator("state_dir", "tools_dir")
     @classmethod
