@@ -81,6 +81,9 @@ def start_query(spark: SparkSession, settings: Settings, query: BronzeQuery, *,
               .queryName(query.table)
               .option("table", query.table_uri)
               .option("txnAppId", query.app_id)
+              # the writer runs in Spark's Python workers: name the profile whose
+              # storage settings (endpoint, credentials) it must load
+              .option("profile", settings.profile)
               .option("delta.appendOnly", "true")
               .option("checkpointLocation", query.checkpoint))
     writer = (writer.trigger(availableNow=True) if available_now

@@ -50,6 +50,9 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse") -> Spar
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    # Python workers inherit this: a data source that loads the config without an explicit
+    # `profile` option then sees the session's profile, not the file's default.
+    os.environ.setdefault("LAKEHOUSE_PROFILE", settings.profile)
     builder = SparkSession.builder
     for key, value in _spark_confs(settings, app_name).items():
         builder = builder.config(key, value)
