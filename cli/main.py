@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from cli.scrape_commands import scrape, simulator
 from infra.components.base import StackError
 from infra.components.postgres import Postgres
 from infra.install import SetupError, run_setup
@@ -216,6 +217,10 @@ def transform() -> None:
 def docs() -> None:
     """Generate and serve the dbt docs site on loopback."""
     _planned("docs", "generate the dbt docs and serve them on 127.0.0.1", "issue 6")
+
+
+cli.add_command(scrape)
+cli.add_command(simulator)
 
 
 def main() -> None:

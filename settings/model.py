@@ -126,6 +126,37 @@ class RentalsSettings(_Section):
     cancel_share: float = Field(default=0.1, ge=0, le=1)
 
 
+class SimulatorSettings(_Section):
+    """The loopback GBFS + weather feed simulator that the default source files point at."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=18180, ge=1, le=65535)
+    seed: int = 42
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+class ScraperSettings(_Section):
+    """How the HTTP scrapers fetch and produce (sources themselves are files in sources_dir)."""
+
+    # Folder of source files, relative to the project folder unless absolute.
+    sources_dir: str = "connectors/sources"
+    user_agent: str = "lakehouse-ingest-scraper/0.1 (+https://github.com/lakehouse-ingest)"
+    connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    read_timeout_seconds: float = Field(default=15.0, gt=0)
+    # Retries of 5xx answers, timeouts and connection errors (exponential backoff + jitter).
+    retries: int = Field(default=4, ge=0)
+    backoff_factor: float = Field(default=0.5, ge=0)
+    backoff_max_seconds: float = Field(default=60.0, ge=0)
+    backoff_jitter_seconds: float = Field(default=0.5, ge=0)
+    compression: str = "zstd"
+    topic_partitions: int = Field(default=3, ge=1)
+    # How long to wait for the broker to acknowledge a snapshot before calling it failed.
+    delivery_timeout_seconds: float = Field(default=30.0, gt=0)
+
+
 class SeaweedfsPorts(_Section):
     """SeaweedFS's internal HTTP ports; each server also listens on port + 10000 (gRPC)."""
 
@@ -158,6 +189,8 @@ class Settings(_Section):
     embedded: EmbeddedSettings
     spark: SparkSettings = Field(default_factory=SparkSettings)
     lakehouse: LakehouseSettings = Field(default_factory=LakehouseSettings)
+    simulator: SimulatorSettings = Field(default_factory=SimulatorSettings)
+    scraper: ScraperSettings = Field(default_factory=ScraperSettings)
     rentals: RentalsSettings = Field(default_factory=RentalsSettings)
 
     @field_validator("state_dir", "tools_dir")

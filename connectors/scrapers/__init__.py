@@ -1,0 +1,1 @@
+"""HTTP scrapers: declarative sources polled on a schedule and produced to Kafka."""

@@ -1,0 +1,130 @@
+"""HTTP fetching like a good citizen: timeouts, retries with backoff and jitter, Retry-After,
+conditional GET (ETag / Last-Modified) and a User-Agent that says who is asking.
+
+Retries are urllib3's `Retry` (on the requests adapter), not a hand-written loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from settings.model import ScraperSettings
+
+log = logging.getLogger("lakehouse.scrapers.fetch")
+RETRY_STATUSES = (429, 500, 502, 503, 504)
+
+
+class FetchError(Exception):
+    """A URL that could not be fetched after the retries (the message says why)."""
+
+    def __init__(self, url: str, reason: str, attempts: int) -> None:
+        super().__init__(f"{url}: {reason} (after {attempts} attempt(s))")
+        self.url = url
+        self.reason = reason
+        self.attempts = attempts
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    url: str
+    status: int
+    body: bytes
+    attempts: int
+    # The URL with its query, under which the answer's validators are remembered.
+    cache_key: str
+
+    @property
+    def not_modified(self) -> bool:
+        return self.status == 304
+
+
+@dataclass
+class _Validators:
+    etag: str | None = None
+    last_modified: str | None = None
+
+
+class Fetcher:
+    """One requests Session per scraper; remembers validators per URL for conditional GETs."""
+
+    def __init__(self, config: ScraperSettings) -> None:
+        self.timeout = (config.connect_timeout_seconds, config.read_timeout_seconds)
+        self.max_attempts = config.retries + 1
+        retry = Retry(
+            total=config.retries,
+            connect=config.retries,
+            read=config.retries,
+            status=config.retries,
+            other=0,
+            allowed_methods=frozenset({"GET", "HEAD"}),
+            status_forcelist=RETRY_STATUSES,
+            backoff_factor=config.backoff_factor,
+            backoff_max=config.backoff_max_seconds,
+            backoff_jitter=config.backoff_jitter_seconds,
+            respect_retry_after_header=True,
+            raise_on_status=False,
+        )
+        self.session = requests.Session()
+        adapter = HTTPAdapter(max_retries=retry)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+        self.session.headers.update({"User-Agent": config.user_agent,
+                                     "Accept": "application/json",
+                                     "Accept-Encoding": "gzip, deflate"})
+        self._validators: dict[str, _Validators] = {}
+
+    def get(self, url: str, headers: dict[str, str] | None = None,
+            params: dict[str, str] | None = None, conditional: bool = True) -> FetchResult:
+        """GET `url`; 304 when unchanged since the last 200 (if `conditional`)."""
+        request_headers = dict(headers or {})
+        cache_key = requests.Request("GET", url, params=params).prepare().url or url
+        known = self._validators.get(cache_key)
+        if conditional and known is not None:
+            if known.etag:
+                request_headers["If-None-Match"] = known.etag
+            if known.last_modified:
+                request_headers["If-Modified-Since"] = known.last_modified
+        try:
+            response = self.session.get(url, headers=request_headers, params=params,
+                                        timeout=self.timeout)
+        except requests.exceptions.RequestException as exc:
+            # Raised only once urllib3's Retry is exhausted (or for a non-retryable error).
+            attempts = self.max_attempts if _retryable(exc) else 1
+            raise FetchError(url, f"{type(exc).__name__}: {_root_cause(exc)}",
+                             attempts) from exc
+        history = response.raw.retries.history if response.raw.retries else ()
+        attempts = len(history) + 1
+        if attempts > 1:
+            log.info("%s: answered %s after %d attempts", url, response.status_code, attempts)
+        if response.status_code >= 400:
+            raise FetchError(url, f"HTTP {response.status_code}: {response.text[:200]!r}",
+                             attempts)
+        if response.status_code == 200:
+            self._validators[cache_key] = _Validators(response.headers.get("ETag"),
+                                                      response.headers.get("Last-Modified"))
+        return FetchResult(url=response.url, status=response.status_code,
+                           body=response.content, attempts=attempts, cache_key=cache_key)
+
+    def forget(self, result: FetchResult) -> None:
+        """Drop validators of an answer that was not used, so the next GET is a full one."""
+        self._validators.pop(result.cache_key, None)
+
+    def close(self) -> None:
+        self.session.close()
+
+
+def _root_cause(exc: BaseException) -> str:
+    while exc.__cause__ is not None or exc.__context__ is not None:
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    reason = getattr(exc, "reason", None)
+    return str(reason or exc)
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
+                            requests.exceptions.RetryError))

@@ -1,0 +1,97 @@
+"""Kafka producing for scrapers: idempotent, acks=all, compressed; a batch counts only once
+every delivery report came back without error."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin import NewTopic
+
+from connectors.scrapers.messages import KafkaMessage
+from infra.clients import kafka_admin, kafka_config
+from settings import Settings
+
+log = logging.getLogger("lakehouse.scrapers.produce")
+
+
+@dataclass
+class Delivery:
+    """Outcome of one batch: how many the broker acknowledged and the errors of the rest."""
+
+    acked: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+class SnapshotProducer:
+    def __init__(self, settings: Settings, extra_config: dict[str, object] | None = None) -> None:
+        self.timeout = settings.scraper.delivery_timeout_seconds
+        config = {
+            **kafka_config(settings),
+            "enable.idempotence": True,
+            "acks": "all",
+            "compression.type": settings.scraper.compression,
+            "linger.ms": 20,
+            "delivery.timeout.ms": int(self.timeout * 1000),
+            "client.id": "lakehouse-scraper",
+            **(extra_config or {}),
+        }
+        self._producer = Producer(config)
+
+    def send(self, messages: list[KafkaMessage]) -> Delivery:
+        """Produce `messages` and wait for the broker's acknowledgement of each."""
+        delivery = Delivery()
+
+        def report(error: KafkaError | None, message: Message) -> None:
+            if error is None:
+                delivery.acked += 1
+            else:
+                delivery.errors.append(f"{message.topic()}: {error.str()}")
+
+        for message in messages:
+            while True:
+                try:
+                    self._producer.produce(message.topic, key=message.key, value=message.value,
+                                           headers=message.headers, on_delivery=report)
+                    break
+                except BufferError:  # local queue full: let deliveries drain
+                    self._producer.poll(0.5)
+                except KafkaException as exc:
+                    delivery.errors.append(f"{message.topic}: {exc}")
+                    break
+        left = self._producer.flush(self.timeout)
+        if left:
+            delivery.errors.append(f"{left} message(s) not acknowledged within {self.timeout}s")
+        return delivery
+
+    def close(self) -> None:
+        left = self._producer.flush(self.timeout)
+        if left:
+            log.error("%d message(s) were not acknowledged before shutdown", left)
+
+
+def ensure_topics(settings: Settings, topics: list[str]) -> list[str]:
+    """Create the missing topics (idempotent); returns the ones created."""
+    admin = kafka_admin(settings)
+    existing = set(admin.list_topics(timeout=15).topics)
+    missing = sorted(set(topics) - existing)
+    if not missing:
+        return []
+    # replication_factor -1: the broker's default (a real cluster's setting, 1 when embedded).
+    futures = admin.create_topics(
+        [NewTopic(t, settings.scraper.topic_partitions, -1) for t in missing],
+        request_timeout=15)
+    created = []
+    for topic, future in futures.items():
+        try:
+            future.result(timeout=20)
+            created.append(topic)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+    return created
