@@ -11,7 +11,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from cli.connectors_commands import connectors
+from cli.rentals_commands import rentals
 from cli.scrape_commands import scrape, simulator
+from cli.tables_commands import maintain, tables
 from infra.components.base import StackError
 from infra.components.postgres import Postgres
 from infra.install import SetupError, run_setup
@@ -219,8 +222,12 @@ def docs() -> None:
     _planned("docs", "generate the dbt docs and serve them on 127.0.0.1", "issue 6")
 
 
+cli.add_command(connectors)
+cli.add_command(rentals)
 cli.add_command(scrape)
 cli.add_command(simulator)
+cli.add_command(tables)
+cli.add_command(maintain)
 
 
 def main() -> None:

@@ -1,0 +1,174 @@
+"""Connector files of the repository: load, check locally, resolve project placeholders.
+
+A connector file is the Connect REST shape `{"name": ..., "config": {...}}`. Values may
+hold two kinds of references:
+
+- `${lakehouse:<setting>}`: a value of the project configuration (e.g.
+  `${lakehouse:postgres.host}`, `${lakehouse:kafka.topic_prefix}`, `${lakehouse:state_dir}`
+  = the absolute state folder), resolved here at apply time, so one file serves every
+  profile. Secrets cannot be referenced this way.
+- any other `${provider:...}` (`${env:VAR}`, `${file:path:key}`): a Kafka Connect config
+  provider reference, passed to the worker untouched; the worker resolves it, so secrets
+  never appear in the repository, in the stored connector config or in this tool's output.
+
+Every problem is reported with the file and the field, before anything is sent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, SecretStr
+
+from settings import Settings
+
+CONNECTORS_DIR = Path(__file__).resolve().with_name("kafka_connect")
+PROJECT_PROVIDER = "lakehouse"
+_PLACEHOLDER = re.compile(r"\$\{" + PROJECT_PROVIDER + r":([^}]*)\}")
+_PROVIDER_REFERENCE = re.compile(r"^\$\{[A-Za-z0-9_.-]+:[^}]+\}$")
+# Fields whose value must be a config-provider reference, never a literal.
+_SECRET_FIELD = re.compile(r"(password|secret|credential|token|api\.key|sasl\.jaas)", re.I)
+
+
+class ConnectorFileError(Exception):
+    """One or more connector files cannot be used; each line names the file and field."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+@dataclass(frozen=True)
+class ConnectorFile:
+    path: Path
+    name: str
+    config: dict[str, str]  # resolved, with "name" included (as the worker stores it)
+
+    @property
+    def connector_class(self) -> str:
+        return self.config["connector.class"]
+
+
+def is_secret_field(field: str) -> bool:
+    return bool(_SECRET_FIELD.search(field))
+
+
+def is_provider_reference(value: str) -> bool:
+    return bool(_PROVIDER_REFERENCE.match(value))
+
+
+def setting_value(settings: Settings, key: str) -> str:
+    """The string value of a dotted setting; ValueError saying why it cannot be used."""
+    if key == "state_dir":
+        return str(settings.state_path)
+    node: object = settings
+    for part in key.split("."):
+        if not isinstance(node, BaseModel) or part not in type(node).model_fields:
+            raise ValueError(f"unknown setting {key!r} in ${{{PROJECT_PROVIDER}:{key}}}")
+        node = getattr(node, part)
+    if isinstance(node, SecretStr):
+        raise ValueError(f"${{{PROJECT_PROVIDER}:{key}}} is a secret: reference it through a "
+                         "Connect config provider, e.g. ${env:LAKEHOUSE_...}")
+    if node is None or isinstance(node, BaseModel | dict | list):
+        raise ValueError(f"${{{PROJECT_PROVIDER}:{key}}} is not a single value")
+    return str(node)
+
+
+def _as_string(value: object) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    return None
+
+
+def _check_and_resolve(path: Path, document: object, settings: Settings,
+                       problems: list[str]) -> ConnectorFile | None:
+    if not isinstance(document, dict):
+        problems.append(f"{path}: expected a JSON object with `name` and `config`")
+        return None
+    name = document.get("name")
+    config = document.get("config")
+    unknown = sorted(set(document) - {"name", "config"})
+    start = len(problems)
+    if unknown:
+        problems.append(f"{path}: {', '.join(unknown)}: unknown top-level field(s); "
+                        "expected only `name` and `config`")
+    if not isinstance(name, str) or not name.strip():
+        problems.append(f"{path}: name: missing or not a non-empty string")
+    if not isinstance(config, dict):
+        problems.append(f"{path}: config: missing or not a JSON object")
+        return None
+    connector_class = config.get("connector.class")
+    if not isinstance(connector_class, str) or not connector_class.strip():
+        problems.append(f"{path}: config.connector.class: missing or not a non-empty string")
+    if "name" in config and config["name"] != name:
+        problems.append(f"{path}: config.name: {config['name']!r} differs from name {name!r}")
+    resolved: dict[str, str] = {}
+    for field, raw in config.items():
+        value = _as_string(raw)
+        if value is None:
+            problems.append(f"{path}: config.{field}: must be a string, number or boolean, "
+                            f"not {type(raw).__name__}")
+            continue
+        try:
+            value = _PLACEHOLDER.sub(lambda m: setting_value(settings, m.group(1)), value)
+        except ValueError as exc:
+            problems.append(f"{path}: config.{field}: {exc}")
+            continue
+        if is_secret_field(field) and value and not is_provider_reference(value):
+            problems.append(f"{path}: config.{field}: a secret must be a config provider "
+                            "reference such as ${env:VAR} or ${file:/path:key}, "
+                            "never a literal")
+            continue
+        resolved[field] = value
+    if len(problems) > start:
+        return None
+    assert isinstance(name, str)
+    resolved["name"] = name
+    return ConnectorFile(path=path, name=name, config=resolved)
+
+
+def load_connector_file(path: Path, settings: Settings) -> ConnectorFile:
+    """One file, checked and resolved; ConnectorFileError naming the file and field."""
+    problems: list[str] = []
+    try:
+        document = json.loads(path.read_text())
+    except OSError as exc:
+        raise ConnectorFileError([f"{path}: cannot read: {exc.strerror}"]) from exc
+    except json.JSONDecodeError as exc:
+        raise ConnectorFileError(
+            [f"{path}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"]
+        ) from exc
+    connector = _check_and_resolve(path, document, settings, problems)
+    if connector is None:
+        raise ConnectorFileError(problems)
+    return connector
+
+
+def load_connector_dir(directory: Path, settings: Settings) -> list[ConnectorFile]:
+    """Every `*.json` of `directory`, all checked before any is used."""
+    if not directory.is_dir():
+        raise ConnectorFileError([f"{directory}: no such folder of connector files"])
+    files = sorted(directory.glob("*.json"))
+    if not files:
+        raise ConnectorFileError([f"{directory}: no connector files (*.json)"])
+    problems: list[str] = []
+    connectors: list[ConnectorFile] = []
+    for path in files:
+        try:
+            connectors.append(load_connector_file(path, settings))
+        except ConnectorFileError as exc:
+            problems.extend(exc.problems)
+    seen: dict[str, Path] = {}
+    for connector in connectors:
+        if connector.name in seen:
+            problems.append(f"{connector.path}: name: {connector.name!r} is also the name "
+                            f"in {seen[connector.name]}")
+        seen.setdefault(connector.name, connector.path)
+    if problems:
+        raise ConnectorFileError(problems)
+    return connectors

@@ -1,0 +1,1 @@
+"""The rentals database: operational schema, seed data and a traffic generator for CDC."""
