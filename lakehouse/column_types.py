@@ -96,7 +96,8 @@ class _Parser:
                     "valueContainsNull": True}
         if word == "struct":
             return {"type": "struct", "fields": self._struct_fields()}
-        raise ColumnTypeError(f"unknown type {word!r} in {self.text!r} (known: {known_types()})")
+        where = "" if self.text.strip().lower() == word else f" in {self.text!r}"
+        raise ColumnTypeError(f"unknown type {word!r}{where} (known: {known_types()})")
 
     def _struct_fields(self) -> list[dict[str, Any]]:
         self._expect("<")

@@ -29,7 +29,7 @@ class ConstraintError(ValueError):
 
 def delta_error_text(exc: Exception) -> str:
     """A delta-rs error without its layers of generic prefixes."""
-    return _NOISE.sub("", str(exc)).strip()
+    return " ".join(_NOISE.sub("", str(exc)).split())
 
 
 def canonical_constraints(schema: Schema, constraints: dict[str, str]) -> dict[str, str]:

@@ -244,7 +244,11 @@ def load_definition_file(path: Path) -> TableDefinition:
         problems = []
         for error in exc.errors():
             message = error["msg"].removeprefix("Value error, ")
-            problems.append(f"{shown}: {_location(error['loc'], data)}: {message}")
+            location = _location(error["loc"], data)
+            named = re.match(r"^([a-z_]+): (.*)$", message, re.DOTALL)
+            if not error["loc"] and named:  # a whole-table rule names its field itself
+                location, message = named.groups()
+            problems.append(f"{shown}: {location}: {message}")
         raise DefinitionError(problems) from None
     problems = []
     if path.stem != definition.name:
