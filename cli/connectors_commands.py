@@ -6,6 +6,7 @@ connector or task, an HTTP error); 2 bad input (a connector file, the configurat
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -258,7 +259,7 @@ def status(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> None:
     or task FAILED or a repository connector is not deployed.
     """
     with _worker(ctx) as client:
-        repo = {c.name for c in _files(ctx, names)}
+        repo = {c.name for c in _files(ctx, ())}
         chosen = list(names) or sorted(repo | set(client.connector_names()))
         answers = {name: client.status(name) for name in chosen}
     if as_json:
@@ -376,12 +377,16 @@ def delete(ctx: click.Context, names: tuple[str, ...], yes: bool) -> None:
 @connectors.command()
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
+@click.option("--match", "pattern", default="*", show_default=True,
+              help="Only consider connectors whose name matches this glob (on a worker "
+                   "cluster shared with other teams, prune only your own namespace).")
 @click.pass_context
-def prune(ctx: click.Context, yes: bool, dry_run: bool) -> None:
+def prune(ctx: click.Context, yes: bool, dry_run: bool, pattern: str) -> None:
     """Delete the worker's connectors that have no file in the repository."""
     with _worker(ctx) as client:
         known = {c.name for c in _files(ctx, ())}
-        extra = [name for name in client.connector_names() if name not in known]
+        extra = [name for name in client.connector_names()
+                 if name not in known and fnmatch.fnmatchcase(name, pattern)]
         if not extra:
             out.print("nothing to prune: every connector on the worker has a file")
             sys.exit(OK)
