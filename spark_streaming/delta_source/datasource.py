@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
     Filter,
@@ -22,6 +23,7 @@ from spark_streaming.delta_source.options import TXN_APP_ID, DeltaOptionError, D
 from spark_streaming.delta_source.reader import DeltaReader
 from spark_streaming.delta_source.scan import ScanPlan
 from spark_streaming.delta_source.schema import check_readable, table_arrow_schema, to_spark
+from spark_streaming.delta_source.stream_reader import DeltaStreamReader
 from spark_streaming.delta_source.stream_writer import DeltaStreamWriter
 from spark_streaming.delta_source.table import open_snapshot
 from spark_streaming.delta_source.write_target import prepare_write
@@ -31,9 +33,14 @@ class DeltaLakeDataSource(DataSource):
     """Options: `table` (local path or s3://bucket/prefix/name; required), `profile`
     (config profile for storage options; default LAKEHOUSE_PROFILE), reads: `versionAsOf`,
     `timestampAsOf`, `filesPerPartition`, `maxPartitionBytes`, `scanRegistryDir` (shared
-    folder on multi-host clusters, see scan_registry); writes: `partitionBy`
-    (comma list, on creation), `delta.*` table properties (on creation), `txnAppId`
-    (streaming writes; required). Save modes: append and overwrite."""
+    folder on multi-host clusters, see scan_registry); streaming reads (readStream; offsets
+    are table versions in the query's checkpoint, each batch reads the files commits
+    added): `startingVersion` (a version or `latest`; default the whole table),
+    `maxFilesPerTrigger` / `maxVersionsPerTrigger` (whole commits per batch, at least one;
+    with availableNow also give `checkpointLocation`), `skipChangeCommits` or
+    `ignoreChanges` (commits that removed files fail the stream otherwise); writes:
+    `partitionBy` (comma list, on creation), `delta.*` table properties (on creation),
+    `txnAppId` (streaming writes; required). Save modes: append and overwrite."""
 
     @classmethod
     def name(cls) -> str:
@@ -51,6 +58,13 @@ class DeltaLakeDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return DeltaReader(self._options(), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        options = self._options()
+        if options.time_travel:
+            raise DeltaOptionError("versionAsOf/timestampAsOf are for batch reads; a stream "
+                                   "starts at startingVersion")
+        return DeltaStreamReader(options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         options = self._options()

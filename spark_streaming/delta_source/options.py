@@ -20,6 +20,13 @@ TXN_APP_ID = "txnAppId"
 FILES_PER_PARTITION = "filesPerPartition"
 MAX_PARTITION_BYTES = "maxPartitionBytes"
 SCAN_REGISTRY_DIR = "scanRegistryDir"
+STARTING_VERSION = "startingVersion"
+MAX_FILES_PER_TRIGGER = "maxFilesPerTrigger"
+MAX_VERSIONS_PER_TRIGGER = "maxVersionsPerTrigger"
+IGNORE_CHANGES = "ignoreChanges"
+SKIP_CHANGE_COMMITS = "skipChangeCommits"
+CHECKPOINT_LOCATION = "checkpointLocation"
+LATEST = "latest"
 PROPERTY_PREFIX = "delta."
 
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
@@ -79,9 +86,22 @@ def _positive_int(lowered: Mapping[str, str], name: str) -> int | None:
         value = int(raw)
     except ValueError:
         value = -1
-    if value < 0 or (value == 0 and name != VERSION_AS_OF):
+    if value < 0 or (value == 0 and name not in (VERSION_AS_OF, STARTING_VERSION)):
         raise DeltaOptionError(f"option {name}: expected a non-negative integer, got {raw!r}")
     return value
+
+
+def _bool(lowered: Mapping[str, str], name: str) -> bool:
+    raw = lowered.get(name.lower(), "false").strip().lower()
+    if raw not in ("true", "false"):
+        raise DeltaOptionError(f"option {name}: expected true or false, got {raw!r}")
+    return raw == "true"
+
+
+def _starting_version(lowered: Mapping[str, str]) -> int | str | None:
+    if lowered.get(STARTING_VERSION.lower(), "").strip().lower() == LATEST:
+        return LATEST
+    return _positive_int(lowered, STARTING_VERSION)
 
 
 def parse_timestamp(raw: str, name: str = TIMESTAMP_AS_OF) -> datetime:
@@ -108,6 +128,13 @@ class DeltaOptions:
     files_per_partition: int | None = None
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
     scan_registry_dir: str | None = None
+    # streaming reads
+    starting_version: int | str | None = None  # a version, "latest" or None (whole table)
+    max_files_per_trigger: int | None = None
+    max_versions_per_trigger: int | None = None
+    ignore_changes: bool = False
+    skip_change_commits: bool = False
+    checkpoint_location: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> DeltaOptions:
@@ -131,6 +158,11 @@ class DeltaOptions:
             if str(k).lower().startswith(PROPERTY_PREFIX)
         }
         max_bytes = _positive_int(lowered, MAX_PARTITION_BYTES)
+        ignore_changes = _bool(lowered, IGNORE_CHANGES)
+        skip_change_commits = _bool(lowered, SKIP_CHANGE_COMMITS)
+        if ignore_changes and skip_change_commits:
+            raise DeltaOptionError(f"give at most one of {IGNORE_CHANGES} and "
+                                   f"{SKIP_CHANGE_COMMITS}")
         return cls(
             table_uri=normalize_table_uri(table),
             profile=lowered.get(PROFILE) or None,
@@ -142,6 +174,12 @@ class DeltaOptions:
             files_per_partition=_positive_int(lowered, FILES_PER_PARTITION),
             max_partition_bytes=max_bytes or DEFAULT_MAX_PARTITION_BYTES,
             scan_registry_dir=lowered.get(SCAN_REGISTRY_DIR.lower()) or None,
+            starting_version=_starting_version(lowered),
+            max_files_per_trigger=_positive_int(lowered, MAX_FILES_PER_TRIGGER),
+            max_versions_per_trigger=_positive_int(lowered, MAX_VERSIONS_PER_TRIGGER),
+            ignore_changes=ignore_changes,
+            skip_change_commits=skip_change_commits,
+            checkpoint_location=lowered.get(CHECKPOINT_LOCATION.lower()) or None,
         )
 
     @property

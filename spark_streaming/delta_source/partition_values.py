@@ -42,6 +42,21 @@ def encode(value: Any) -> str | None:
     return str(value)
 
 
+def decode(text: str | None, dtype: pa.DataType) -> Any:
+    """The typed value of a partition value as the log spells it (see `encode`)."""
+    if text is None:
+        return None
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+        return text
+    if text == "":
+        return None
+    if pa.types.is_timestamp(dtype) and dtype.tz is not None and not text.endswith("Z"):
+        # the log holds UTC wall time without a zone; pyarrow wants one for zoned types
+        naive = pa.array([text]).cast(pa.timestamp(dtype.unit))
+        return naive.cast(dtype)[0].as_py()
+    return pa.array([text]).cast(dtype)[0].as_py()
+
+
 def folder(columns: tuple[str, ...], encoded: dict[str, str | None]) -> str:
     """`col=value/...` relative folder of one partition."""
     parts = []

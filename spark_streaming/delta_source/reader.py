@@ -12,19 +12,17 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
+from spark_streaming.delta_source.file_reader import read_file
 from spark_streaming.delta_source.filesystem import arrow_filesystem
-from spark_streaming.delta_source.filters import column_of, conjunction, split_supported
+from spark_streaming.delta_source.filters import split_supported
 from spark_streaming.delta_source.options import DeltaOptions
 from spark_streaming.delta_source.scan import (
     FileGroup,
-    ScanFile,
     ScanPlan,
     group_files,
     plan_scan,
@@ -35,14 +33,6 @@ from spark_streaming.delta_source.schema import check_readable, to_arrow
 from spark_streaming.delta_source.table import open_snapshot
 
 log = logging.getLogger(__name__)
-
-BATCH_ROWS = 65536
-
-
-def _constant(value: Any, dtype: pa.DataType, rows: int) -> pa.Array:
-    if value is None:
-        return pa.nulls(rows, dtype)
-    return pa.repeat(pa.scalar(value, type=dtype), rows)
 
 
 class DeltaReader(DataSourceReader):
@@ -96,39 +86,4 @@ class DeltaReader(DataSourceReader):
                         "re-planned %s v%d without its pushed filters", partition.plan_id,
                         execution, self._options.table_uri, version)
         for scan_file in files:
-            yield from self._read_file(filesystem, scan_file, filters)
-
-    def _read_file(self, filesystem: Any, scan_file: ScanFile,
-                   filters: Sequence[Filter]) -> Iterator[pa.RecordBatch]:
-        partition_values = scan_file.partition_values
-        on_partition = [f for f in filters if column_of(f) in partition_values]
-        on_data = [f for f in filters if column_of(f) not in partition_values]
-        if on_partition and not self._partition_matches(partition_values, on_partition):
-            return
-        data_schema = pa.schema([f for f in self._schema if f.name not in partition_values])
-        # An explicit schema fills columns a file lacks (added later) with nulls and casts
-        # physical types (e.g. nanosecond timestamps) to the table's.
-        dataset = ds.dataset(scan_file.path, schema=data_schema, format="parquet",
-                             filesystem=filesystem)
-        expression = conjunction(on_data, data_schema) if on_data else None
-        for batch in dataset.to_batches(filter=expression, batch_size=BATCH_ROWS,
-                                        use_threads=False):
-            if batch.num_rows:
-                yield self._assemble(batch, partition_values)
-
-    def _assemble(self, batch: pa.RecordBatch, partition_values: dict[str, Any]
-                  ) -> pa.RecordBatch:
-        arrays = []
-        for field in self._schema:
-            if field.name in partition_values:
-                arrays.append(_constant(partition_values[field.name], field.type,
-                                        batch.num_rows))
-            else:
-                arrays.append(batch.column(field.name))
-        return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
-
-    def _partition_matches(self, values: dict[str, Any], filters: list[Filter]) -> bool:
-        fields = [self._schema.field(name) for name in values]
-        row = pa.RecordBatch.from_arrays([_constant(values[f.name], f.type, 1) for f in fields],
-                                         schema=pa.schema(fields))
-        return row.filter(conjunction(filters, row.schema)).num_rows == 1
+            yield from read_file(filesystem, scan_file, self._schema, filters)

@@ -57,7 +57,8 @@ class FileGroup(InputPartition):
         self.group_count = group_count
 
 
-def _fs_path(root: str, relative: str) -> str:
+def fs_path(root: str, relative: str) -> str:
+    """Where a log path (relative, or absolute) is in the table's pyarrow filesystem."""
     if relative.startswith("s3://"):
         return relative[len("s3://"):]
     if relative.startswith(("/", "file://")):
@@ -111,7 +112,7 @@ def plan_scan(table: DeltaTable, table_uri: str, root: str,
             log.warning("lakehouse_delta: no file pruning for %r: %s", flt, exc)
             continue
         kept &= _relative_paths(uris, every)
-    selected = tuple(ScanFile(_fs_path(root, rel), size, values)
+    selected = tuple(ScanFile(fs_path(root, rel), size, values)
                      for rel, size, values in files if rel in kept)
     plan = ScanPlan(table_uri, table.version(), selected, len(files))
     log.info("lakehouse_delta scan of %s v%d: reading %d of %d files (%d skipped by "

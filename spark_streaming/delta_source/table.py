@@ -28,8 +28,9 @@ def open_snapshot(table_uri: str, storage: dict[str, str], version: int | None =
         table = DeltaTable(table_uri, version=version, storage_options=storage)
     except TableNotFoundError as exc:
         raise DeltaTableNotFound(
-            f"no Delta table at {table_uri} (write to it first, e.g. "
-            "df.write.format('lakehouse_delta').option('table', ...).mode('append').save())"
+            f"no Delta table at {table_uri}: create it first (`lakehouse tables apply` for "
+            "the project's tables, or a batch write: df.write.format('lakehouse_delta')"
+            ".option('table', ...).mode('append').save())"
         ) from exc
     if timestamp is not None:
         table.load_as_version(timestamp)

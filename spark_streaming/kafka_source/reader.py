@@ -11,31 +11,13 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from spark_streaming.checkpoint_offsets import last_source_offset
 from spark_streaming.kafka_source.metadata import BrokerMetadata
 from spark_streaming.kafka_source.offsets import DataLoss, apply_cap, plan_ranges
 from spark_streaming.kafka_source.options import EARLIEST, LATEST, KafkaSourceOptions, Offsets
 from spark_streaming.kafka_source.partition_reader import OffsetRange, read_range
 
 log = logging.getLogger("lakehouse.kafka_source")
-
-
-def _last_checkpointed_offsets(checkpoint: str | None) -> Offsets | None:
-    """End offsets of the newest batch in a local Spark checkpoint's offset log, if any."""
-    if not checkpoint or "://" in checkpoint:
-        return None
-    folder = Path(checkpoint) / "offsets"
-    batches = sorted((int(p.name) for p in folder.glob("[0-9]*") if p.name.isdigit()),
-                     reverse=True)
-    for batch in batches:
-        lines = (folder / str(batch)).read_text().splitlines()
-        for line in lines[2:]:  # "v1", batch metadata, then one line per source
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                return value
-    return None
 
 
 class KafkaStreamReader(DataSourceStreamReader):
@@ -93,7 +75,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         its offset log is the answer, else the starting offsets; without one, what this
         reader returned last."""
         if self.options.checkpoint_location:
-            return (_last_checkpointed_offsets(self.options.checkpoint_location)
+            return (last_source_offset(self.options.checkpoint_location)
                     or self.initialOffset())
         return self._next_start
 
