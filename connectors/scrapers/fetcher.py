@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import requests
 from requests.adapters import HTTPAdapter
+from urllib3 import exceptions as urllib3_exceptions
+from urllib3.exceptions import MaxRetryError
 from urllib3.util.retry import Retry
 
 from settings.model import ScraperSettings
@@ -95,8 +97,7 @@ class Fetcher:
         except requests.exceptions.RequestException as exc:
             # Raised only once urllib3's Retry is exhausted (or for a non-retryable error).
             attempts = self.max_attempts if _retryable(exc) else 1
-            raise FetchError(url, f"{type(exc).__name__}: {_root_cause(exc)}",
-                             attempts) from exc
+            raise FetchError(url, _describe(exc), attempts) from exc
         history = response.raw.retries.history if response.raw.retries else ()
         attempts = len(history) + 1
         if attempts > 1:
@@ -118,11 +119,34 @@ class Fetcher:
         self.session.close()
 
 
-def _root_cause(exc: BaseException) -> str:
-    while exc.__cause__ is not None or exc.__context__ is not None:
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-    reason = getattr(exc, "reason", None)
-    return str(reason or exc)
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception, what it wraps (args, cause, context), and so on down."""
+    seen: list[BaseException] = []
+    pending = [exc]
+    while pending:
+        current = pending.pop(0)
+        if current in seen:
+            continue
+        seen.append(current)
+        pending += [a for a in current.args if isinstance(a, BaseException)]
+        pending += [e for e in (current.__cause__, current.__context__) if e is not None]
+    return seen
+
+
+def _describe(exc: BaseException) -> str:
+    """`timeout: ...` or `connection error: ...` with urllib3's own reason."""
+    chain = _chain(exc)
+    reason: BaseException = chain[-1]
+    for item in chain:
+        if isinstance(item, MaxRetryError) and item.reason is not None:
+            reason = item.reason
+            break
+    timeouts = (urllib3_exceptions.TimeoutError, requests.exceptions.Timeout, TimeoutError)
+    # NewConnectionError subclasses ConnectTimeoutError in urllib3, but a refusal is no timeout.
+    refused = any(isinstance(e, urllib3_exceptions.NewConnectionError) for e in [*chain, reason])
+    timed_out = any(isinstance(e, timeouts) for e in [*chain, reason])
+    kind = "timeout" if timed_out and not refused else "connection error"
+    return f"{kind}: {reason}"
 
 
 def _retryable(exc: BaseException) -> bool:

@@ -259,6 +259,14 @@ def _typed_fault_params(params: dict[str, str]) -> dict[str, Any]:
     return {name: converters[name](value) for name, value in params.items()}
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that gave up (timeout fault) is expected: log it quietly."""
+        log.debug("client %s went away", client_address, exc_info=True)
+
+
 class FeedSimulator:
     """Run the simulator in a background thread: `with FeedSimulator(port=0) as sim: ...`."""
 
@@ -272,8 +280,7 @@ class FeedSimulator:
         system = BikeSystem(seed=seed, start_time=start, step_seconds=max(1, step))
         self.state = _State(system, ttl, tick_interval)
         handler = type("Handler", (_Handler,), {"state": self.state})
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
+        self._server = _Server((host, port), handler)
         self._thread: threading.Thread | None = None
 
     @property

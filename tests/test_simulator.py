@@ -1,0 +1,163 @@
+"""The feed simulator: GBFS 2.3/3.0 documents, evolution, determinism, caching, faults, CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from connectors.simulator import FeedSimulator
+from infra.ports import port_is_free, wait_until
+from tests.conftest import PROJECT_DIR, TEST_PROFILE
+
+START = 1_790_000_000  # a fixed start time: documents are then byte-for-byte reproducible
+
+
+@pytest.fixture
+def sim() -> Iterator[FeedSimulator]:
+    with FeedSimulator(port=0, seed=3, ttl=0, start_time=START) as simulator:
+        yield simulator
+
+
+def _get(sim: FeedSimulator, path: str, **kwargs: object) -> requests.Response:
+    return requests.get(sim.url + path, timeout=5, **kwargs)  # type: ignore[arg-type]
+
+
+def test_discovery_lists_feeds_per_version_and_language(sim: FeedSimulator) -> None:
+    v2 = _get(sim, "/gbfs/2.3/gbfs.json").json()
+    assert v2["version"] == "2.3" and isinstance(v2["last_updated"], int)
+    assert set(v2["data"]) == {"en", "fr"}
+    fr_feeds = {f["name"]: f["url"] for f in v2["data"]["fr"]["feeds"]}
+    assert fr_feeds["free_bike_status"] == f"{sim.url}/gbfs/2.3/fr/free_bike_status.json"
+    v3 = _get(sim, "/gbfs/3.0/gbfs.json").json()
+    assert v3["version"] == "3.0" and v3["last_updated"].endswith("Z")
+    names = {f["name"] for f in v3["data"]["feeds"]}
+    assert {"station_information", "station_status", "vehicle_status"} <= names
+    for feed in v2["data"]["en"]["feeds"] + v3["data"]["feeds"]:
+        assert requests.get(feed["url"], timeout=5).status_code == 200, feed
+    assert _get(sim, "/gbfs/3.0/nope.json").status_code == 404
+
+
+def test_both_versions_describe_the_same_system(sim: FeedSimulator) -> None:
+    info2 = _get(sim, "/gbfs/2.3/fr/station_information.json").json()["data"]["stations"]
+    info3 = _get(sim, "/gbfs/3.0/station_information.json").json()["data"]["stations"]
+    assert 20 <= len(info2) == len(info3) <= 30
+    french = {t["language"]: t["text"] for t in info3[0]["name"]}["fr"]
+    assert info2[0]["name"] == french
+    status2 = _get(sim, "/gbfs/2.3/en/station_status.json").json()["data"]["stations"]
+    status3 = _get(sim, "/gbfs/3.0/station_status.json").json()["data"]["stations"]
+    assert [s["num_bikes_available"] for s in status2] == \
+        [s["num_vehicles_available"] for s in status3]
+    bikes = _get(sim, "/gbfs/2.3/en/free_bike_status.json").json()["data"]["bikes"]
+    vehicles = _get(sim, "/gbfs/3.0/vehicle_status.json").json()["data"]["vehicles"]
+    assert 24 <= len(bikes) == len(vehicles) <= 60
+    assert [b["bike_id"] for b in bikes] == [v["vehicle_id"] for v in vehicles]
+
+
+def test_same_seed_same_feeds_and_ticks_change_statuses_only() -> None:
+    with FeedSimulator(port=0, seed=9, start_time=START) as a, \
+            FeedSimulator(port=0, seed=9, start_time=START) as b:
+        for path in ("/gbfs/3.0/station_status.json", "/gbfs/3.0/vehicle_status.json"):
+            assert _get(a, path).json() == _get(b, path).json()
+        info_before = _get(a, "/gbfs/3.0/station_information.json").json()
+        status_before = _get(a, "/gbfs/3.0/station_status.json").json()
+        a.tick(5)
+        b.tick(5)
+        status_after = _get(a, "/gbfs/3.0/station_status.json").json()
+        assert status_after == _get(b, "/gbfs/3.0/station_status.json").json()
+        assert status_after["last_updated"] != status_before["last_updated"]
+        assert status_after["data"] != status_before["data"]
+        assert _get(a, "/gbfs/3.0/station_information.json").json() == info_before
+    with FeedSimulator(port=0, seed=10, start_time=START) as other:
+        assert _get(other, "/gbfs/3.0/station_information.json").json() != info_before
+
+
+def test_etag_and_last_modified_answer_304_until_the_feed_changes(sim: FeedSimulator) -> None:
+    first = _get(sim, "/gbfs/3.0/station_status.json")
+    assert first.headers["Cache-Control"] == "max-age=0"
+    etag, modified = first.headers["ETag"], first.headers["Last-Modified"]
+    assert _get(sim, "/gbfs/3.0/station_status.json",
+                headers={"If-None-Match": etag}).status_code == 304
+    assert _get(sim, "/gbfs/3.0/station_status.json",
+                headers={"If-Modified-Since": modified}).status_code == 304
+    sim.tick()
+    assert _get(sim, "/gbfs/3.0/station_status.json",
+                headers={"If-None-Match": etag}).status_code == 200
+
+
+def test_fault_switches_over_http(sim: FeedSimulator) -> None:
+    control = sim.url + "/control/faults"
+    assert requests.post(control, json={"bogus": True}, timeout=5).status_code == 400
+    requests.post(control, json={"error_status": 500, "error_count": 2, "path": "gbfs.json"},
+                  timeout=5).raise_for_status()
+    codes = [_get(sim, "/gbfs/3.0/gbfs.json").status_code for _ in range(3)]
+    assert codes == [500, 500, 200]
+    assert _get(sim, "/gbfs/3.0/station_status.json").status_code == 200
+
+    requests.post(control + "?malformed=true&path=station_status", timeout=5).raise_for_status()
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(_get(sim, "/gbfs/3.0/station_status.json").content)
+
+    requests.post(control, json={"stale": True}, timeout=5).raise_for_status()
+    sim.tick()
+    assert _get(sim, "/gbfs/2.3/en/station_status.json").json()["last_updated"] == START - 3600
+
+    requests.post(control, json={"error_status": 503, "retry_after": 7}, timeout=5)
+    answer = _get(sim, "/v1/forecast?latitude=1&longitude=2")
+    assert answer.status_code == 503 and answer.headers["Retry-After"] == "7"
+
+    requests.delete(control, timeout=5).raise_for_status()
+    status = requests.get(sim.url + "/control/status", timeout=5).json()
+    assert status["faults"]["error_status"] is None and status["ticks"] == 1
+    assert status["requests"]["/gbfs/3.0/gbfs.json"] == 3
+
+
+def test_slow_fault_delays_answers(sim: FeedSimulator) -> None:
+    sim.set_faults(slow_seconds=2.0, path="station_status")
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        requests.get(sim.url + "/gbfs/3.0/station_status.json", timeout=(2, 0.5))
+    assert _get(sim, "/gbfs/3.0/gbfs.json").status_code == 200
+
+
+def test_open_meteo_hourly_weather(sim: FeedSimulator) -> None:
+    query = ("/v1/forecast?latitude=46.2&longitude=6.14&past_days=1&current=temperature_2m"
+             "&hourly=temperature_2m,relative_humidity_2m,precipitation,wind_speed_10m,"
+             "weather_code")
+    body = _get(sim, query).json()
+    hourly = body["hourly"]
+    assert len(hourly["time"]) == 48 and hourly["time"][0].endswith("T00:00")
+    assert all(len(hourly[v]) == 48 for v in body["hourly_units"] if v != "time")
+    assert body["current"]["time"] <= hourly["time"][-1]
+    assert _get(sim, query).json()["hourly"] == hourly  # deterministic
+    bad = _get(sim, "/v1/forecast?longitude=6&hourly=temperature_2m")
+    assert bad.status_code == 400 and "latitude" in bad.json()["reason"]
+    assert _get(sim, "/v1/forecast?latitude=1&longitude=2&hourly=snow").status_code == 400
+
+
+def test_simulator_command_serves_until_interrupted() -> None:
+    port = next(p for p in range(23180, 23280) if port_is_free(p))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "--profile", TEST_PROFILE, "simulator",
+         "--port", str(port), "--seed", "5", "--tick-interval", "1"],
+        cwd=PROJECT_DIR, env=os.environ.copy(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}/gbfs/3.0/station_status.json"
+        assert wait_until(lambda: requests.get(url, timeout=1).ok, timeout=30)
+        first = requests.get(url, timeout=5).json()["last_updated"]
+        assert wait_until(lambda: requests.get(url, timeout=1).json()["last_updated"] != first,
+                          timeout=10), "the system did not advance on its own"
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=15)
+    assert process.returncode == 0, stderr
+    assert "simulator stopped" in stderr
+    time.sleep(0.1)
+    assert port_is_free(port)
