@@ -319,3 +319,19 @@ def test_scrape_runs_on_schedule_until_interrupted(
     assert process.returncode == 0, "".join(lines)
     assert len(_consume(config, f"{config.kafka.topic_prefix}station_status", 1.5)) == \
         2 * len(sim.system.stations)
+
+
+def test_gbfs_ttl_is_respected(stack: Stack, settings: Settings, tmp_path: Path) -> None:
+    with FeedSimulator(port=0, seed=4, ttl=600) as sim:
+        config = _settings(settings, sim, tmp_path)
+        scraper = _scraper(config, tmp_path / "src", bikes=GBFS_V3)
+        try:
+            assert scraper.run_once()[0].status == "ok"
+            sim.tick()
+            second = scraper.run_once()[0]
+        finally:
+            scraper.close()
+        assert second.produced == 0
+        assert any("station_status: within ttl" in n for n in second.notes), second.notes
+        assert sim.request_count("station_status") == 1
+        assert sim.request_count("gbfs.json") == 1

@@ -138,8 +138,9 @@ class SourceRunner:
                               f"gbfs.json: {exc}")
             return None
         self._discovery = found
-        self._discovery_expires = self.clock() + (found.ttl if self.source.spec.respect_ttl
-                                                  else 0)
+        # ttl counts from the start of the pass, so a schedule equal to the ttl never skips.
+        self._discovery_expires = report.started_at + (found.ttl if self.source.spec.respect_ttl
+                                                       else 0)
         return found
 
     def _read_system_id(self, report: RunReport, found: gbfs.Discovery) -> str:
@@ -186,7 +187,7 @@ class SourceRunner:
             self._dead_letter(report, feed, result, result.body, str(exc))
             return
         if self.source.spec.respect_ttl:
-            self._feed_expires[feed] = self.clock() + env.ttl
+            self._feed_expires[feed] = report.started_at + env.ttl
         age = self.clock() - env.last_updated
         if age > self.source.spec.stale_after_seconds:
             report.notes.append(f"{feed}: stale, last_updated {int(age)} s ago")
