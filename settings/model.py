@@ -114,6 +114,14 @@ class LakehouseSettings(_Section):
     checkpoint_dir: str = "checkpoints"
 
 
+class GoldSettings(_Section):
+    """Gold aggregates (spark_streaming/gold)."""
+
+    # Weather location (silver_weather_hourly.location_id) joined to the rentals; null: per
+    # day the location with the most hours of data (ties: the smallest id).
+    weather_location_id: str | None = None
+
+
 class RentalsSettings(_Section):
     """The rentals database (Debezium CDC source) and its traffic generator."""
 
@@ -192,6 +200,7 @@ class Settings(_Section):
     simulator: SimulatorSettings = Field(default_factory=SimulatorSettings)
     scraper: ScraperSettings = Field(default_factory=ScraperSettings)
     rentals: RentalsSettings = Field(default_factory=RentalsSettings)
+    gold: GoldSettings = Field(default_factory=GoldSettings)
 
     @field_validator("state_dir", "tools_dir")
     @classmethod
