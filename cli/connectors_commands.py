@@ -18,6 +18,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from cli.context import settings_of
 from connectors.connect_client import ConnectClient, ConnectError
 from connectors.connect_config import (
     CONNECTORS_DIR,
@@ -40,7 +41,7 @@ from connectors.connect_sync import (
     validation_errors,
     wait_for_state,
 )
-from settings import ConfigError, Settings, load_settings
+from settings import ConfigError
 
 OK, FAILURE, BAD_INPUT = 0, 1, 2
 
@@ -48,19 +49,11 @@ out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def _settings(ctx: click.Context) -> Settings:
-    root = ctx.find_root()
-    root.obj = root.obj or {}
-    if "settings" not in root.obj:
-        root.obj["settings"] = load_settings(root.obj.get("profile"))
-    return root.obj["settings"]
-
-
 @contextmanager
 def _worker(ctx: click.Context) -> Iterator[ConnectClient]:
     """A client of the configured worker; Connect and file errors become exit codes."""
     try:
-        with ConnectClient(_settings(ctx).connect.url) as client:
+        with ConnectClient(settings_of(ctx).connect.url) as client:
             yield client
     except ConnectorFileError as exc:
         err.print("[red]connector files rejected[/red] (nothing was sent):")
@@ -78,7 +71,7 @@ def _worker(ctx: click.Context) -> Iterator[ConnectClient]:
 
 def _files(ctx: click.Context, names: tuple[str, ...]) -> list[ConnectorFile]:
     """The repository's connector files (all checked), narrowed to `names` if given."""
-    connectors = load_connector_dir(ctx.obj["connectors_dir"], _settings(ctx))
+    connectors = load_connector_dir(ctx.obj["connectors_dir"], settings_of(ctx))
     if not names:
         return connectors
     known = {c.name: c for c in connectors}

@@ -10,23 +10,16 @@ import click
 import psycopg
 from rich.console import Console
 
+from cli.context import settings_of
 from connectors.rentals.database import connect, seed
 from connectors.rentals.traffic import run_traffic
-from settings import Settings, load_settings
+from settings import Settings
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _say(message: str) -> None:
     console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {message}", markup=False)
-
-
-def _settings(ctx: click.Context) -> Settings:
-    root = ctx.find_root()
-    root.obj = root.obj or {}
-    if "settings" not in root.obj:
-        root.obj["settings"] = load_settings(root.obj.get("profile"))
-    return root.obj["settings"]
 
 
 def _connect(settings: Settings) -> psycopg.Connection:
@@ -50,7 +43,7 @@ def rentals() -> None:
 @click.pass_context
 def seed_command(ctx: click.Context) -> None:
     """Create the schema and the stations and bikes (idempotent: a second run adds nothing)."""
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     with _connect(settings) as conn:
         result = seed(conn, settings.rentals)
     if result.stations_added or result.bikes_added:
@@ -78,7 +71,7 @@ def traffic(ctx: click.Context, rate: float | None, duration: float | None,
     Seeds the database first if needed. Stops on Ctrl-C or SIGTERM after rolling back the
     change in flight, and prints what it did.
     """
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     config = settings.rentals
     rate = rate or config.traffic_rate_per_s
     seed_value = config.seed if seed_value is None else seed_value
