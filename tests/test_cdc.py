@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -197,6 +198,30 @@ def test_cdc_resumes_after_a_worker_restart_without_duplicates_or_loss(
     events = Counter((c.rental_id, c.op, c.lsn) for c in map(_change, records)
                      if c.op != "tombstone")
     assert [event for event, seen in events.items() if seen > 1] == []
+
+
+def test_status_shows_the_trace_of_a_failed_task(
+    cdc: CdcConnector, settings: Settings, tmp_path: Path
+) -> None:
+    # A second connector on the fixture's slot, which is in use: its task must fail.
+    document = repo_connector("rentals-cdc.json")
+    document["name"] = unique("test-cdcfail-")
+    document["config"].update({
+        "slot.name": cdc.slot, "publication.name": cdc.slot, "snapshot.mode": "no_data",
+        "topic.prefix": f"test.{document['name']}", "slot.max.retries": "1",
+        "slot.retry.delay.ms": "500", "errors.max.retries": "0"})
+    write_connector(tmp_path, document)
+    name = document["name"]
+    with ConnectClient(settings.connect.url) as client:
+        try:
+            run_cli("connectors", "--dir", str(tmp_path), "apply", "--no-wait")
+            _wait(lambda: "FAILED" in str(client.status(name)), 90, f"{name} to fail")
+            status = run_cli("connectors", "--dir", str(tmp_path), "status", name)
+            assert status.returncode == 1, status.stdout + status.stderr
+            assert f"task {name}-0 FAILED:" in status.stdout
+            assert f'replication slot "{cdc.slot}" is active' in status.stdout
+        finally:
+            delete_connector(client, name)
 
 
 def test_traffic_generator_changes_all_reach_the_topic(
