@@ -12,11 +12,13 @@ from contextlib import contextmanager
 from datetime import datetime
 
 import click
+from confluent_kafka import KafkaException
 from rich.console import Console
 from rich.table import Table
 
 from connectors.scrapers.scheduler import Scraper, SourceProgress
 from connectors.scrapers.source_config import SourceConfigError, load_sources
+from infra.ports import port_holder
 from settings import Settings, load_settings
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -104,7 +106,13 @@ def scrape(ctx: click.Context, once: bool, names: tuple[str, ...], verbose: bool
         raise click.UsageError("no enabled sources")
     scraper = Scraper(settings, sources)
     try:
-        created = scraper.ensure_topics()
+        try:
+            created = scraper.ensure_topics()
+        except KafkaException as exc:
+            console.print(f"[red]error:[/red] cannot reach the broker at "
+                          f"{settings.kafka.bootstrap_servers} to create the topics: {exc} "
+                          f"(is the stack up? `lakehouse status`)")
+            sys.exit(2)
         if created:
             console.print(f"created topics: {', '.join(created)}")
         console.print(f"scraping {len(sources)} source(s) -> {settings.kafka.bootstrap_servers}"
@@ -144,10 +152,16 @@ def simulator(ctx: click.Context, port: int | None, seed: int | None, tick_inter
 
     settings = _settings(ctx)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    sim = FeedSimulator(port=settings.simulator.port if port is None else port,
-                        host=settings.simulator.host,
-                        seed=settings.simulator.seed if seed is None else seed,
-                        ttl=ttl, tick_interval=tick_interval)
+    chosen_port = settings.simulator.port if port is None else port
+    try:
+        sim = FeedSimulator(port=chosen_port, host=settings.simulator.host,
+                            seed=settings.simulator.seed if seed is None else seed,
+                            ttl=ttl, tick_interval=tick_interval)
+    except OSError as exc:
+        console.print(f"[red]error:[/red] cannot listen on {settings.simulator.host}:"
+                      f"{chosen_port} ({exc.strerror}; held by {port_holder(chosen_port)}); "
+                      f"choose another with --port or simulator.port")
+        sys.exit(2)
     console.print(f"feed simulator on {sim.url} (seed {sim.system.seed}, one tick per "
                   f"{tick_interval:g} s)\n"
                   f"  GBFS 3.0: {sim.url}/gbfs/3.0/gbfs.json\n"
