@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import requests
 from requests.adapters import HTTPAdapter
+from urllib3 import BaseHTTPResponse
 from urllib3 import exceptions as urllib3_exceptions
 from urllib3.exceptions import MaxRetryError
 from urllib3.util.retry import Retry
@@ -29,6 +30,17 @@ class FetchError(Exception):
         self.url = url
         self.reason = reason
         self.attempts = attempts
+
+
+class _CappedRetry(Retry):
+    """Honours Retry-After, but never waits longer than `max_retry_after` seconds: one feed
+    asking for an hour's pause must not stall every other source of the scheduler."""
+
+    max_retry_after: float = 60.0
+
+    def get_retry_after(self, response: BaseHTTPResponse) -> float | None:
+        value = super().get_retry_after(response)
+        return None if value is None else min(value, self.max_retry_after)
 
 
 @dataclass(frozen=True)
@@ -57,7 +69,8 @@ class Fetcher:
     def __init__(self, config: ScraperSettings) -> None:
         self.timeout = (config.connect_timeout_seconds, config.read_timeout_seconds)
         self.max_attempts = config.retries + 1
-        retry = Retry(
+        capped = type("Retry", (_CappedRetry,), {"max_retry_after": config.backoff_max_seconds})
+        retry = capped(
             total=config.retries,
             connect=config.retries,
             read=config.retries,
