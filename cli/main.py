@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -203,11 +204,50 @@ def _prefixed_topics(settings: Settings) -> list[str]:
 
 
 @cli.command()
-def ingest() -> None:
-    """Run the pipeline: sources -> Kafka -> bronze/silver/gold Delta tables."""
-    _planned("ingest", "bring up the stack, apply tables and connectors, start the scrapers "
-             "and the streaming queries bronze -> silver -> gold, with live progress",
-             "issues 3-5")
+@click.option("--until-caught-up", is_flag=True,
+              help="Read every source once, drain bronze, silver and gold, then exit 0 "
+                   "(what tests and CI use). Default: run until Ctrl-C/SIGTERM.")
+@click.option("--interval", default="10 seconds", show_default=True,
+              help="Trigger interval of the streaming queries (continuous mode).")
+@click.option("--skip", type=click.Choice(["connectors", "rentals"]), multiple=True,
+              help="Leave out a source (repeatable): Kafka Connect connectors, or the "
+                   "rentals database traffic.")
+@click.pass_context
+def ingest(ctx: click.Context, until_caught_up: bool, interval: str,
+           skip: tuple[str, ...]) -> None:
+    """Run the pipeline: sources -> Kafka -> bronze/silver/gold Delta tables.
+
+    Brings the embedded stack up if needed, applies table definitions and connectors,
+    starts the feed simulator (embedded profile), the scrapers and the rentals traffic,
+    and the streaming queries of every layer. Every step is idempotent.
+    """
+    from cli import ingest_service as service
+    from spark_streaming.bronze import stop_on_signals
+    from spark_streaming.session import build_spark_session
+
+    settings = _settings(ctx)
+    options = service.IngestOptions(until_caught_up=until_caught_up,
+                                    trigger_interval=interval, skip=set(skip))
+    began = time.monotonic()
+    try:
+        service.prepare(settings, options, _say)
+        with contextlib.ExitStack() as resources, stop_on_signals() as stop:
+            service.start_simulator(settings, resources, _say)
+            spark = build_spark_session(settings, app_name="lakehouse-ingest")
+            resources.callback(spark.stop)
+            if until_caught_up:
+                results = service.catch_up(spark, settings, options, _say)
+                for layer, tables in results.items():
+                    for table, rows in sorted(tables.items()):
+                        _say(f"{layer}: {table}: {rows} row(s)")
+                _say(f"[green]ingest caught up[/green] in {time.monotonic() - began:.0f} s")
+            else:
+                _say("ingest running; Ctrl-C stops every query after its current batch")
+                service.run_forever(spark, settings, options, _say, stop)
+                _say("ingest stopped cleanly")
+    except service.IngestError as exc:
+        console.print(f"[red]ingest failed:[/red] {exc}")
+        sys.exit(1)
 
 
 @cli.command()

@@ -1,0 +1,240 @@
+"""`lakehouse ingest`: the whole pipeline as one service.
+
+Order matters and each step is idempotent, so the command can be re-run at any time:
+stack up (embedded) -> tables apply -> rentals seed (embedded) -> connectors apply ->
+feed simulator (embedded) -> scrapers -> bronze -> silver -> gold. With
+`--until-caught-up` every source is read once, every layer drains and the command exits;
+otherwise everything keeps running until Ctrl-C/SIGTERM, with a progress line per layer.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+
+from connectors.scrapers.scheduler import Scraper
+from connectors.scrapers.source_config import load_sources
+from connectors.simulator.server import FeedSimulator
+from infra.ports import port_is_free
+from lakehouse.definitions import load_definitions
+from settings import Settings
+
+Report = Callable[[str], None]
+
+CDC_SLOT_FIELD = "slot.name"
+
+
+class IngestError(Exception):
+    """A step of the ingest service failed; the message names the step."""
+
+
+@dataclass
+class IngestOptions:
+    until_caught_up: bool = False
+    # Rentals changes made by the embedded traffic generator in a caught-up run.
+    traffic_events: int = 40
+    traffic_rate: float = 20.0
+    # Seconds to wait for Debezium to hand every change made so far to Kafka.
+    cdc_drain_timeout: float = 60.0
+    trigger_interval: str = "10 seconds"
+    gold_interval_seconds: float = 60.0
+    progress_interval_seconds: float = 30.0
+    skip: set[str] = field(default_factory=set)
+
+
+def run_step(settings: Settings, report: Report, *args: str, timeout: float = 600) -> None:
+    """Run `lakehouse <args>` as its own process (the same command a user would type)."""
+    command = [sys.executable, "-m", "cli.main", "--profile", settings.profile, *args]
+    report(f"step: lakehouse {' '.join(args)}")
+    result = subprocess.run(command, cwd=settings.project_dir, timeout=timeout, check=False)
+    if result.returncode != 0:
+        raise IngestError(f"step `lakehouse {' '.join(args)}` failed with exit code "
+                          f"{result.returncode} (its output is above)")
+
+
+def bronze_topics(settings: Settings) -> list[str]:
+    """Topics with a bronze table definition that exist on the broker."""
+    from infra.clients import kafka_admin
+
+    wanted = [d.source.topic for d in load_definitions()
+              if d.layer == "bronze" and d.source is not None and d.source.topic]
+    existing = kafka_admin(settings).list_topics(timeout=15).topics
+    return sorted(t for t in wanted if t in existing)
+
+
+def prepare(settings: Settings, options: IngestOptions, report: Report) -> None:
+    """Servers, tables, source database and connectors: all idempotent."""
+    embedded = settings.embedded.enabled
+    if embedded:
+        run_step(settings, report, "up")
+    run_step(settings, report, "tables", "apply")
+    if embedded and "rentals" not in options.skip:
+        run_step(settings, report, "rentals", "seed")
+    if "connectors" not in options.skip:
+        run_step(settings, report, "connectors", "apply", "--wait")
+
+
+def start_simulator(settings: Settings, stack: ExitStack, report: Report) -> None:
+    """The embedded profile's feeds; left alone if something already serves that port."""
+    config = settings.simulator
+    if not settings.embedded.enabled:
+        return
+    if not port_is_free(config.port):
+        report(f"simulator: port {config.port} is taken, assuming a simulator runs there")
+        return
+    simulator = FeedSimulator(port=config.port, host=config.host, seed=config.seed,
+                              tick_interval=30.0)
+    stack.enter_context(simulator)
+    report(f"simulator: serving GBFS and weather feeds on {simulator.url}")
+
+
+def _cdc_slot(settings: Settings) -> str | None:
+    from connectors.connect_config import CONNECTORS_DIR, load_connector_dir
+
+    for connector in load_connector_dir(CONNECTORS_DIR, settings):
+        if CDC_SLOT_FIELD in connector.config:
+            return connector.config[CDC_SLOT_FIELD]
+    return None
+
+
+def make_rentals_changes(settings: Settings, options: IngestOptions, report: Report) -> None:
+    """A burst of inserts, updates and deletes, then wait until Debezium confirmed them."""
+    from connectors.rentals.database import connect
+    from connectors.rentals.traffic import run_traffic
+
+    with connect(settings) as conn:
+        counts = run_traffic(conn, settings.rentals, rate=options.traffic_rate,
+                             seed=settings.rentals.seed + int(time.time()),
+                             events=options.traffic_events)
+        report(f"rentals traffic: {counts.summary()}")
+        slot = _cdc_slot(settings)
+        if slot is None:
+            return
+        target = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+        deadline = time.monotonic() + options.cdc_drain_timeout
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots "
+                "WHERE slot_name = %s", (target, slot)).fetchone()
+            if row and row[0]:
+                report(f"cdc: slot {slot} confirmed every change up to {target}")
+                return
+            time.sleep(1)
+        report(f"cdc: slot {slot} has not confirmed {target} after "
+               f"{options.cdc_drain_timeout:.0f} s; continuing with what Kafka has")
+
+
+def scrape_once(settings: Settings, report: Report) -> int:
+    scraper = Scraper(settings, load_sources(settings))
+    try:
+        scraper.ensure_topics()
+        reports = scraper.run_once()
+    finally:
+        scraper.close()
+    produced = sum(r.produced for r in reports)
+    failed = [r for r in reports if r.failed]
+    report(f"scrapers: {produced} message(s) produced by {len(reports)} source(s)"
+           + (f", {len(failed)} failed" if failed else ""))
+    return produced
+
+
+def catch_up(spark: SparkSession, settings: Settings, options: IngestOptions,
+             report: Report) -> dict[str, dict[str, int]]:
+    """Read every source once and drain every layer; rows per table per layer."""
+    from spark_streaming.bronze import run_available_now
+    from spark_streaming.gold import run_gold
+    from spark_streaming.silver import run_silver
+
+    scrape_once(settings, report)
+    if settings.embedded.enabled and "rentals" not in options.skip:
+        make_rentals_changes(settings, options, report)
+    topics = bronze_topics(settings)
+    results: dict[str, dict[str, int]] = {}
+    results["bronze"] = run_available_now(spark, settings, topics, report)
+    results["silver"] = _counts(run_silver(spark, settings, available_now=True,
+                                           report=report))
+    results["gold"] = _counts(run_gold(spark, settings, report=report))
+    return results
+
+
+def _counts(result: dict) -> dict[str, int]:
+    """Per-table figures as plain ints (the layers may return richer objects)."""
+    flat: dict[str, int] = {}
+    for table, value in result.items():
+        if isinstance(value, int):
+            flat[table] = value
+        elif isinstance(value, dict):
+            flat[table] = int(value.get("rows", value.get("written", sum(
+                v for v in value.values() if isinstance(v, int)))))
+        else:
+            flat[table] = int(getattr(value, "rows", 0) or 0)
+    return flat
+
+
+def run_forever(spark: SparkSession, settings: Settings, options: IngestOptions,
+                report: Report, stop: threading.Event) -> None:
+    """Scrapers, traffic, and every layer's query until `stop` is set."""
+    from spark_streaming.bronze import run_continuous
+    from spark_streaming.gold import run_gold
+    from spark_streaming.silver import run_silver
+
+    threads: list[threading.Thread] = []
+    errors: list[str] = []
+
+    def guarded(name: str, work: Callable[[], object]) -> None:
+        def body() -> None:
+            try:
+                work()
+            except Exception as exc:  # one failed layer stops the whole service
+                errors.append(f"{name}: {exc}")
+                stop.set()
+        thread = threading.Thread(target=body, name=name, daemon=True)
+        thread.start()
+        threads.append(thread)
+
+    scraper = Scraper(settings, load_sources(settings))
+    scraper.ensure_topics()
+    guarded("scrapers", lambda: scraper.run_forever(
+        stop, lambda entry: report(f"scrapers: {entry.source.name} produced "
+                                   f"{entry.produced} so far")))
+    if settings.embedded.enabled and "rentals" not in options.skip:
+        guarded("rentals-traffic", lambda: _traffic_until(settings, stop))
+    scraper_topics_ready = time.monotonic() + 5
+    while time.monotonic() < scraper_topics_ready and not stop.is_set():
+        stop.wait(1)
+    topics = bronze_topics(settings)
+    report(f"bronze: {', '.join(topics)}")
+    guarded("bronze", lambda: run_continuous(spark, settings, topics, report, stop,
+                                             options.trigger_interval))
+    guarded("silver", lambda: run_silver(spark, settings, available_now=False, stop=stop,
+                                         report=report))
+
+    def gold_loop() -> None:
+        while not stop.wait(options.gold_interval_seconds):
+            run_gold(spark, settings, report=report)
+
+    guarded("gold", gold_loop)
+    while not stop.is_set():
+        stop.wait(1)
+    for thread in threads:
+        thread.join(timeout=60)
+    scraper.close()
+    if errors:
+        raise IngestError("; ".join(errors))
+
+
+def _traffic_until(settings: Settings, stop: threading.Event) -> None:
+    from connectors.rentals.database import connect
+    from connectors.rentals.traffic import run_traffic
+
+    with connect(settings) as conn:
+        while not stop.is_set():
+            run_traffic(conn, settings.rentals, rate=settings.rentals.traffic_rate_per_s,
+                        seed=settings.rentals.seed + int(time.time()), duration=5)
