@@ -1,5 +1,6 @@
-"""Kafka Connect REST client: retries on connection errors and transient statuses, timeouts,
-and errors that carry the HTTP status and the worker's own message."""
+"""Kafka Connect REST client: retries on connection errors and transient statuses (urllib3),
+asks again while the worker's group rebalances (tenacity), timeouts, and errors that carry
+the HTTP status and the worker's own message."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from urllib.parse import quote
 
 import requests
 from requests.adapters import HTTPAdapter
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 from urllib3.util.retry import Retry
 
 # 409: the worker is rebalancing or forwarding to the leader ("try again"); 502-504: a
-# proxy or a worker still starting. 500 is left alone: Connect uses it for real errors.
+# proxy or a worker still starting. 500 is not in the list: Connect uses it for real errors
+# too; only its "rebalance is expected" answer is asked again (ConnectError.rebalancing).
 RETRY_STATUSES = (409, 502, 503, 504)
 
 
@@ -29,6 +32,15 @@ class ConnectError(Exception):
         else:
             super().__init__(f"{where}: HTTP {status}: {message}")
 
+    @property
+    def rebalancing(self) -> bool:
+        """The worker refused because its group is rebalancing: worth asking again.
+
+        Connect answers 409 ("rebalance in progress") or 500 ("Request cannot be completed
+        because a rebalance is expected"); the status alone cannot tell the 500 apart.
+        """
+        return self.status in (409, 500) and "rebalance" in self.message.lower()
+
 
 def _worker_message(response: requests.Response) -> str:
     """The `message` of Connect's JSON error body, else the body's text."""
@@ -45,9 +57,10 @@ class ConnectClient:
     """One worker (or cluster) of Kafka Connect, addressed by its REST URL."""
 
     def __init__(self, url: str, timeout: float = 30.0, retries: int = 4,
-                 backoff: float = 0.5):
+                 backoff: float = 0.5, rebalance_wait: float = 60.0):
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.rebalance_wait = rebalance_wait
         retry = Retry(
             total=retries, connect=retries, read=retries, status=retries,
             backoff_factor=backoff, backoff_jitter=0.25,
@@ -74,6 +87,17 @@ class ConnectClient:
     # -- plumbing ---------------------------------------------------------------------
     def _call(self, method: str, path: str, *, json: Any = None,
               params: dict[str, str] | None = None, allow: tuple[int, ...] = ()) -> Any:
+        """One REST call, asked again while the worker's group rebalances."""
+        retrying = Retrying(
+            retry=retry_if_exception(lambda e: isinstance(e, ConnectError) and e.rebalancing),
+            wait=wait_exponential_jitter(multiplier=0.5, max=5),
+            stop=stop_after_delay(self.rebalance_wait),
+            reraise=True,
+        )
+        return retrying(self._call_once, method, path, json=json, params=params, allow=allow)
+
+    def _call_once(self, method: str, path: str, *, json: Any, params: dict[str, str] | None,
+                   allow: tuple[int, ...]) -> Any:
         url = self.url + path
         try:
             response = self.session.request(method, url, json=json, params=params,

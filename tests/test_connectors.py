@@ -213,7 +213,7 @@ def test_filestream_delivers_every_line_of_a_dropped_file_exactly_once(
     name, topic = document["name"], document["config"]["topic"]
     drop = Path(document["config"]["file"])
     drop.parent.mkdir(parents=True)
-    applied = _connectors(folder, "apply")  # the task waits for the file to appear
+    applied = _connectors(folder, "apply", "--no-wait")  # the task waits for the file
     assert applied.returncode == 0, applied.stdout + applied.stderr
 
     lines = [f"trip-{i},bike-{i % 150 + 1},station-{i % 25 + 1},station-{i * 7 % 25 + 1},"
