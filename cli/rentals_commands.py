@@ -19,7 +19,8 @@ console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _say(message: str) -> None:
-    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {message}", markup=False)
+    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] ", end="")
+    console.print(message, markup=False)
 
 
 def _connect(settings: Settings) -> psycopg.Connection:

@@ -148,5 +148,5 @@ def run_traffic(conn: psycopg.Connection, config: RentalsSettings, *, rate: floa
                 report(f"rentals traffic: {generator.counts.summary()}")
     except KeyboardInterrupt:
         if report:
-            report("rentals traffic: interrupted, the change in flight was rolled back")
+            report("rentals traffic: interrupted (a change in flight, if any, was rolled back)")
     return generator.counts
