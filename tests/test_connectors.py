@@ -206,7 +206,7 @@ def test_prune_removes_a_connector_not_in_the_repository(
         delete_connector(client, kept["name"])
 
 
-def test_filestream_delivers_every_line_of_a_dropped_file_exactly_once(
+def test_filestream_delivers_every_line_of_a_dropped_file_exactly_once_across_pause_and_restart(
     stack: Stack, settings: Settings, trips: tuple[Path, dict[str, Any]]
 ) -> None:
     folder, document = trips
@@ -224,16 +224,31 @@ def test_filestream_delivers_every_line_of_a_dropped_file_exactly_once(
     first = read_topic(settings, topic, expected=len(lines))
     assert [r.value.decode() for r in first if r.value] == lines
 
-    # A restart of the connector must neither replay nor skip: the read position is kept.
+    def append(batch: list[str]) -> None:
+        with drop.open("a") as handle:
+            handle.write("\n".join(batch) + "\n")
+
+    def later_lines(start: int, count: int) -> list[str]:
+        return [f"trip-{i},bike-1,station-1,station-2,2026-11-02T00:00:00Z"
+                for i in range(start, start + count)]
+
+    # Paused: lines appended now are not read until the connector resumes.
+    paused = _connectors(folder, "pause", name)
+    assert paused.returncode == 0 and f"{name}: PAUSED" in paused.stdout, paused.stderr
+    while_paused = later_lines(600, 100)
+    append(while_paused)
+    assert len(read_topic(settings, topic, expected=len(lines), quiet=3.0)) == len(lines)
+    resumed = _connectors(folder, "resume", name)
+    assert resumed.returncode == 0 and f"{name}: RUNNING" in resumed.stdout, resumed.stderr
+
+    # A restart must neither replay nor skip: the read position is kept in the offsets.
     restarted = _connectors(folder, "restart", name)
     assert restarted.returncode == 0, restarted.stdout + restarted.stderr
-    more = [f"trip-{i},bike-1,station-1,station-2,2026-11-02T00:00:00Z"
-            for i in range(600, 800)]
-    with drop.open("a") as handle:
-        handle.write("\n".join(more) + "\n")
-    every = read_topic(settings, topic, expected=len(lines) + len(more))
-    values = [r.value.decode() for r in every if r.value]
-    assert values == lines + more  # every line once, in file order
+    after_restart = later_lines(700, 100)
+    append(after_restart)
+    expected = lines + while_paused + after_restart
+    every = read_topic(settings, topic, expected=len(expected))
+    assert [r.value.decode() for r in every if r.value] == expected  # each line once, in order
 
     status = _connectors(folder, "status", "--json", name)
     assert status.returncode == 0, status.stdout + status.stderr
