@@ -66,6 +66,8 @@ def _worker(ctx: click.Context) -> Iterator[ConnectClient]:
     except ConnectError as exc:
         err.print("[red]Kafka Connect error:[/red] ", end="")
         err.print(str(exc), markup=False)
+        if exc.status is None:
+            err.print("is the worker up (`lakehouse up`, `lakehouse status`)?")
         sys.exit(FAILURE)
 
 
