@@ -30,8 +30,8 @@ from lakehouse.constraint_check import ConstraintError, canonical_constraints
 from settings import ConfigError
 
 DEFINITIONS_DIR = Path(__file__).resolve().parent / "tables"
-LAYERS = ("bronze", "silver", "quarantine", "gold")
-Layer = Literal["bronze", "silver", "quarantine", "gold"]
+LAYERS = ("bronze", "silver", "quarantine", "gold", "quality")
+Layer = Literal["bronze", "silver", "quarantine", "gold", "quality"]
 _IDENTIFIER = r"^[a-z_][a-z0-9_]*$"
 _INTERVAL = re.compile(r"^interval \d+ (second|minute|hour|day|week)s?$")
 

@@ -1,0 +1,207 @@
+"""The silver streaming queries: one per silver table, reading its bronze table as a
+stream (lakehouse_delta, table versions in the checkpoint) into a foreachBatch that
+parses, checks and commits with delta-rs.
+
+Checkpoints live at <checkpoint root>/<silver table>; next to each, <silver table>.run_id
+holds the id of the checkpoint's generation, used as the Delta app-transaction id of every
+commit, so batch ids (which restart with a new checkpoint) never collide with an earlier
+generation's. A rebuild removes both and empties the silver table: the next run reads
+bronze from its first version (Kappa-style replay).
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from deltalake.exceptions import TableNotFoundError
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from lakehouse.definitions import TableDefinition, load_definitions
+from lakehouse.storage import storage_options, table_uri
+from lakehouse.table_manager import apply_plan, plan_table
+from settings import ConfigError, Settings
+from spark_streaming.checkpoint_offsets import last_source_offset
+from spark_streaming.silver.batch import METRICS_TABLE, SilverPipeline
+from spark_streaming.silver.delta_writes import DeltaTarget
+from spark_streaming.silver.expectations import load_suite
+from spark_streaming.silver.spec import PipelineSpec, load_specs
+
+Report = Callable[[str], None]
+
+
+def _checkpoint(settings: Settings, table: str) -> Path:
+    root = settings.checkpoint_root
+    if "://" in root:
+        raise ConfigError(f"lakehouse.checkpoint_dir: the silver job keeps checkpoints in a "
+                          f"local folder, got {root!r}")
+    return Path(root) / table
+
+
+def run_id(settings: Settings, table: str) -> str:
+    """The app-transaction id of the table's current checkpoint generation."""
+    path = _checkpoint(settings, table).with_suffix(".run_id")
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"lakehouse-silver-{table}-{uuid.uuid4().hex[:12]}\n")
+    return path.read_text().strip()
+
+
+def ensure_tables(settings: Settings, names: list[str], report: Report) -> None:
+    """Create the tables the silver queries need that do not exist yet (apply's create
+    step only; converging drift is `lakehouse tables apply`'s job)."""
+    root = settings.tables_uri
+    storage = storage_options(settings, root)
+    for definition in load_definitions(tables=names):
+        plan = plan_table(definition, root, storage)
+        if plan.version is None:
+            apply_plan(plan, storage, report)
+
+
+def _pipeline(settings: Settings, spec: PipelineSpec,
+              definitions: dict[str, TableDefinition]) -> SilverPipeline:
+    return SilverPipeline(settings, spec, definitions[spec.table], load_suite(spec.suite_path),
+                          run_id(settings, spec.table))
+
+
+def start_query(spark: SparkSession, settings: Settings, pipeline: SilverPipeline, *,
+                available_now: bool, interval: str = "10 seconds",
+                max_files_per_trigger: int | None = None) -> StreamingQuery:
+    source = pipeline.table.source
+    assert source is not None  # checked by the spec loader
+    checkpoint = str(_checkpoint(settings, pipeline.spec.table))
+    reader = (spark.readStream.format("lakehouse_delta")
+              .option("table", table_uri(settings, source.tables[0]))
+              .option("profile", settings.profile)
+              .option("checkpointLocation", checkpoint))
+    if max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
+    writer = (reader.load().writeStream.queryName(pipeline.spec.table)
+              .foreachBatch(pipeline.process).option("checkpointLocation", checkpoint))
+    writer = (writer.trigger(availableNow=True) if available_now
+              else writer.trigger(processingTime=interval))
+    return writer.start()
+
+
+def _prepare(settings: Settings, tables: list[str] | None, specs: list[PipelineSpec] | None,
+             report: Report) -> list[SilverPipeline]:
+    chosen = specs if specs is not None else load_specs(tables=tables or ())
+    definitions = {d.name: d for d in load_definitions()}
+    needed = {METRICS_TABLE}
+    for spec in chosen:
+        source = definitions[spec.table].source
+        needed |= {spec.table, spec.quarantine, *(source.tables if source else [])}
+    ensure_tables(settings, sorted(needed), report)
+    return [_pipeline(settings, spec, definitions) for spec in chosen]
+
+
+def _caught_up(settings: Settings, pipeline: SilverPipeline) -> bool:
+    """The query's last batch ended at the bronze table's latest version (saves starting
+    a query only to find nothing new)."""
+    source = pipeline.table.source
+    assert source is not None
+    offset = last_source_offset(str(_checkpoint(settings, pipeline.spec.table)),
+                                lambda value: "version" in value)
+    if offset is None:
+        return False
+    bronze = DeltaTarget(settings, source.tables[0]).open()
+    return (offset.get("tableId") == str(bronze.metadata().id)
+            and int(offset["version"]) >= bronze.version())
+
+
+def _failed(query: StreamingQuery, table: str) -> RuntimeError:
+    return RuntimeError(f"silver query {table} stopped: {query.exception()}")
+
+
+def run_silver(spark: SparkSession, settings: Settings, tables: list[str] | None = None,
+               available_now: bool = True, stop: threading.Event | None = None,
+               report: Report = print, *, interval: str = "10 seconds",
+               max_files_per_trigger: int | None = None,
+               specs: list[PipelineSpec] | None = None) -> dict[str, dict[str, int]]:
+    """Bronze -> silver for `tables` (default: every pipeline spec); counts per table.
+
+    available_now: catch up and return, re-running until a round reads nothing (an
+    availableNow run ends at the versions seen when it started). Otherwise run on a
+    processing-time trigger until `stop` is set. A query that fails (e.g. a `fail` rule)
+    raises RuntimeError naming the table and the reason.
+    """
+    pipelines = _prepare(settings, tables, specs, report)
+    if not available_now:
+        _run_continuous(spark, settings, pipelines, report, stop or threading.Event(),
+                        interval, max_files_per_trigger)
+        return {p.spec.table: dict(p.totals) for p in pipelines}
+    round_number = 0
+    pending = list(pipelines)
+    while pending and (stop is None or not stop.is_set()):
+        round_number += 1
+        read_this_round = 0
+        for pipeline in list(pending):
+            before = pipeline.totals.get("read", 0)
+            query = start_query(spark, settings, pipeline, available_now=True,
+                                max_files_per_trigger=max_files_per_trigger)
+            while not query.awaitTermination(1):
+                if stop is not None and stop.is_set():
+                    query.stop()
+            if query.exception() is not None:
+                raise _failed(query, pipeline.spec.table)
+            rows = pipeline.totals.get("read", 0) - before
+            read_this_round += rows
+            report(f"silver round {round_number}: {pipeline.spec.table}: {rows} bronze rows, "
+                   f"totals {pipeline.totals}")
+            if rows == 0 or _caught_up(settings, pipeline):
+                pending.remove(pipeline)
+        if read_this_round == 0:
+            break
+    return {p.spec.table: dict(p.totals) for p in pipelines}
+
+
+def _run_continuous(spark: SparkSession, settings: Settings, pipelines: list[SilverPipeline],
+                    report: Report, stop: threading.Event, interval: str,
+                    max_files_per_trigger: int | None) -> None:
+    running = [(p, start_query(spark, settings, p, available_now=False, interval=interval,
+                               max_files_per_trigger=max_files_per_trigger))
+               for p in pipelines]
+    last_report = time.monotonic()
+    try:
+        while not stop.is_set():
+            for pipeline, query in running:
+                if not query.isActive:
+                    raise _failed(query, pipeline.spec.table)
+            if time.monotonic() - last_report > 30:
+                for pipeline, _ in running:
+                    report(f"{pipeline.spec.table}: {pipeline.totals}")
+                last_report = time.monotonic()
+            stop.wait(1)
+    finally:
+        for pipeline, query in running:
+            query.stop()
+            report(f"{pipeline.spec.table}: stopped")
+
+
+def rebuild_silver(spark: SparkSession, settings: Settings, table: str,
+                   report: Report = print, *, specs: list[PipelineSpec] | None = None
+                   ) -> dict[str, dict[str, int]]:
+    """Replay `table` from bronze: new checkpoint and run id, table emptied, caught up.
+
+    Quarantine is append-only and keeps its rows; records already there are not added
+    again. Stop the table's running query first.
+    """
+    chosen = [s for s in (specs or load_specs(tables=[table])) if s.table == table]
+    if not chosen:
+        raise ConfigError(f"--table: no silver pipeline for {table!r}")
+    checkpoint = _checkpoint(settings, table)
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    checkpoint.with_suffix(".run_id").unlink(missing_ok=True)
+    target = DeltaTarget(settings, table)
+    try:
+        target.open().delete()
+        report(f"{table}: emptied, checkpoint {checkpoint} removed; replaying bronze")
+    except TableNotFoundError:
+        report(f"{table}: no table yet; building it from bronze")
+    return run_silver(spark, settings, [table], available_now=True, report=report,
+                      specs=chosen)

@@ -1,0 +1,124 @@
+"""Bronze records -> typed silver columns, with the parse and schema failures marked.
+
+The result keeps the raw bronze record (columns `_b_*`, for quarantine), a `_stage`
+(null, 'parse' or 'schema'), a `_reason`, `_tombstone` (Debezium delete markers: null
+value, skipped and counted) and every column of the silver table, cast to its type.
+Nothing is filtered here: routing decides where each row goes.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+from lakehouse.definitions import TableDefinition
+from spark_streaming.silver.field_types import convert
+from spark_streaming.silver.spec import PipelineSpec
+
+RAW = {"_b_key": "key", "_b_value": "value", "_b_topic": "topic",
+       "_b_partition": "partition", "_b_offset": "offset",
+       "_b_kafka_timestamp": "kafka_timestamp", "_b_ingested_at": "ingested_at"}
+ENVELOPE = StructType([StructField(n, StringType()) for n in
+                       ("before", "after", "source", "op", "ts_ms")])
+SOURCE = StructType([StructField(n, StringType()) for n in ("lsn", "ts_ms")])
+
+
+def _text_struct(fields: list[str]) -> StructType:
+    return StructType([StructField(name, StringType()) for name in fields])
+
+
+def _messages(frame: DataFrame, spec: PipelineSpec) -> DataFrame:
+    """Columns `_image` (the JSON object holding the fields), `_parse_error`, `_tombstone`
+    and, for Debezium, the envelope's `_op`, `_lsn`, `_source_ts_ms` (text)."""
+    text = F.col("_b_value").cast("string")
+    if spec.format == "json":
+        return frame.select("*", text.alias("_image"),
+                            F.when(F.col("_b_value").isNull(), F.lit("no value (null record)"))
+                            .when(F.json_object_keys(text).isNull(),
+                                  F.lit("value is not a JSON object"))
+                            .alias("_parse_error"),
+                            F.lit(False).alias("_tombstone"))
+    envelope = F.from_json(text, ENVELOPE)
+    source = F.from_json(envelope["source"], SOURCE)
+    op = envelope["op"]
+    framed = frame.select("*", envelope.alias("_env"), F.json_object_keys(text).alias("_keys"))
+    image = F.when(op == "d", F.col("_env.before")).otherwise(F.col("_env.after"))
+    problem = (
+        F.when(F.col("_keys").isNull(), F.lit("value is not a JSON object"))
+        .when(~op.isin("c", "u", "d", "r") | op.isNull(),
+              F.concat(F.lit("not a Debezium change event: op is "),
+                       F.coalesce(op, F.lit("missing"))))
+        .when(image.isNull() | F.json_object_keys(image).isNull(),
+              F.concat(F.lit("Debezium event without a row image ("),
+                       F.when(op == "d", F.lit("before")).otherwise(F.lit("after")),
+                       F.lit(" is null or not an object)")))
+        .when(source["lsn"].try_cast("long").isNull(),
+              F.lit("Debezium event without a numeric source.lsn"))
+    )
+    return framed.select(
+        *frame.columns, image.alias("_image"),
+        F.when(F.col("_b_value").isNull(), F.lit(None)).otherwise(problem).alias("_parse_error"),
+        F.col("_b_value").isNull().alias("_tombstone"),
+        op.alias("_op"), source["lsn"].alias("_lsn"), source["ts_ms"].alias("_source_ts_ms"))
+
+
+def _mode_columns(spec: PipelineSpec, typed: dict[str, Column]) -> dict[str, Column]:
+    if spec.mode == "scd2":
+        tracked = F.to_json(F.struct(*[typed[name].alias(name) for name in spec.tracked]))
+        order = typed[spec.order_by]  # type: ignore[index]
+        return {"attributes_hash": F.sha2(tracked, 256), "valid_from": order,
+                "valid_to": F.lit(None).cast("timestamp"), "is_current": F.lit(True)}
+    if spec.mode == "cdc_merge":
+        return {"is_deleted": F.col("_op") == "d", "source_op": F.col("_op"),
+                "source_lsn": F.col("_lsn").try_cast("long"),
+                "source_ts_ms": F.col("_source_ts_ms").try_cast("long"),
+                "applied_at": F.current_timestamp()}
+    return {}
+
+
+def parse(bronze: DataFrame, spec: PipelineSpec, table: TableDefinition) -> DataFrame:
+    """Annotated rows (see the module docstring) for one bronze micro-batch."""
+    raw = bronze.select(*[F.col(source).alias(name) for name, source in RAW.items()])
+    messages = _messages(raw, spec)
+    fields = list(spec.fields)
+    values = F.from_json(F.col("_image"), _text_struct(fields))
+    keys = F.json_object_keys(F.col("_image"))
+    staged = messages.select("*", values.alias("_raw"), keys.alias("_keys_found"))
+
+    typed = {name: convert(F.col(f"_raw.{name}"), kind) for name, kind in spec.fields.items()}
+    problems = [F.when(F.col(f"_raw.{name}").isNotNull() & typed[name].isNull(),
+                       F.concat(F.lit(f"field {name}: "), F.col(f"_raw.{name}"),
+                                F.lit(f" is not {kind}")))
+                for name, kind in spec.fields.items()]
+    if spec.unknown_fields == "quarantine":
+        unknown = F.array_except(F.col("_keys_found"), F.array(*map(F.lit, fields)))
+        problems.append(F.when(F.size(unknown) > 0,
+                               F.concat(F.lit("unknown fields: "),
+                                        F.array_join(F.array_sort(unknown), ", "))))
+    with_fields = staged.select("*", *[c.alias(n) for n, c in typed.items()],
+                                F.concat_ws("; ", *problems).alias("_field_problems"))
+
+    # Derived columns are SQL over the typed fields; then every column gets its table type.
+    coordinates = {"kafka_topic": F.col("_b_topic"), "kafka_partition": F.col("_b_partition"),
+                   "kafka_offset": F.col("_b_offset"), "ingested_at": F.col("_b_ingested_at")}
+    expressions: dict[str, Column] = {**coordinates, **_mode_columns(spec, typed)}
+    for column in table.columns:
+        if column.name in spec.columns:
+            expressions[column.name] = F.expr(spec.columns[column.name])
+        elif column.name not in expressions:
+            expressions[column.name] = F.col(column.name)
+    kinds = {c.name: c.type for c in table.columns}
+    casts = {name: expressions[name].try_cast(kinds[name]) for name in kinds}
+    cast_problems = [F.when(expressions[name].isNotNull() & casts[name].isNull(),
+                            F.lit(f"column {name}: value does not fit {kinds[name]}"))
+                     for name in kinds]
+    reason_schema = F.concat_ws("; ", F.col("_field_problems"), *cast_problems)
+    stage = (F.when(F.col("_tombstone"), F.lit(None))
+             .when(F.col("_parse_error").isNotNull(), F.lit("parse"))
+             .when(reason_schema != "", F.lit("schema")))
+    reason = (F.when(F.col("_parse_error").isNotNull(), F.col("_parse_error"))
+              .when(reason_schema != "", reason_schema))
+    return with_fields.select(
+        *RAW, "_tombstone", stage.alias("_stage"), reason.alias("_reason"),
+        *[casts[name].alias(name) for name in kinds])

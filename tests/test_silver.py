@@ -1,0 +1,298 @@
+"""Silver on the real S3 server and Spark: bronze rows (written with delta-rs, as the bronze
+job would) become typed, deduplicated, SCD2 and CDC-merged silver rows; bad records land in
+quarantine with their stage and rule names; a `fail` rule stops the query; replays and
+rebuilds from bronze leave silver as the incremental run built it.
+
+Each test works under its own tables prefix and checkpoint folder.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import SparkSession
+
+from infra.stack import Stack
+from lakehouse.definitions import load_definitions
+from lakehouse.storage import storage_options, table_uri
+from settings import Settings
+from spark_streaming.silver import rebuild_silver, run_silver
+from spark_streaming.silver.job import ensure_tables
+from spark_streaming.silver.spec import PIPELINES_DIR, PipelineSpec, load_specs
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+EPOCH = int(NOW.timestamp())
+
+
+@pytest.fixture
+def lake(stack: Stack, settings: Settings, tmp_path: Path) -> Settings:
+    """Settings whose tables and checkpoints are this test's own."""
+    lakehouse = settings.lakehouse.model_copy(update={
+        "tables_prefix": f"test-silver/{uuid.uuid4().hex[:10]}",
+        "checkpoint_dir": str(tmp_path / "checkpoints")})
+    return settings.model_copy(update={"lakehouse": lakehouse})
+
+
+def _bronze(lake: Settings, silver: str) -> str:
+    definition = {d.name: d for d in load_definitions()}[silver]
+    assert definition.source is not None
+    name = definition.source.tables[0]
+    ensure_tables(lake, [name], lambda _: None)
+    return name
+
+
+class Bronze:
+    """Appends records to a bronze table the way the bronze job does (one commit each)."""
+
+    def __init__(self, lake: Settings, silver: str, topic: str) -> None:
+        self.name = _bronze(lake, silver)
+        self.uri = table_uri(lake, self.name)
+        self.storage = storage_options(lake, self.uri)
+        self.topic = topic
+        self.offset = 0
+
+    def append(self, records: list[tuple[str | None, Any]], at: datetime = NOW) -> list[int]:
+        """records: (key, value) with value a dict (JSON), str (raw text) or None."""
+        values = [json.dumps(v).encode() if isinstance(v, dict)
+                  else (v.encode() if isinstance(v, str) else None) for _, v in records]
+        offsets = list(range(self.offset, self.offset + len(records)))
+        self.offset += len(records)
+        schema = pa.schema(DeltaTable(self.uri, storage_options=self.storage).schema().to_arrow())
+        data = pa.table({
+            "key": [k.encode() if k else None for k, _ in records],
+            "value": values,
+            "headers": [[] for _ in records],
+            "topic": [self.topic] * len(records),
+            "partition": pa.array([0] * len(records), pa.int32()),
+            "offset": pa.array(offsets, pa.int64()),
+            "kafka_timestamp": [at] * len(records),
+            "kafka_timestamp_type": pa.array([0] * len(records), pa.int32()),
+            "ingested_at": [at] * len(records),
+        })
+        data = pa.table([data.column(f.name).cast(f.type) for f in schema], schema=schema)
+        write_deltalake(self.uri, data, mode="append", storage_options=self.storage)
+        return offsets
+
+
+def _rows(lake: Settings, table: str, drop: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    uri = table_uri(lake, table)
+    data = DeltaTable(uri, storage_options=storage_options(lake, uri)).to_pyarrow_dataset()
+    rows = data.to_table().to_pylist()
+    return sorted(({k: v for k, v in r.items() if k not in drop} for r in rows),
+                  key=lambda r: json.dumps(r, default=str, sort_keys=True))
+
+
+def _version(lake: Settings, table: str) -> int:
+    uri = table_uri(lake, table)
+    return DeltaTable(uri, storage_options=storage_options(lake, uri)).version()
+
+
+def _status(station: str, bikes: Any = 5, updated: int = EPOCH, **extra: Any) -> dict:
+    return {"system_id": "sim", "station_id": station, "num_bikes_available": bikes,
+            "num_docks_available": 10, "num_bikes_disabled": 0, "num_docks_disabled": None,
+            "is_installed": True, "is_renting": True, "is_returning": True,
+            "last_reported": updated - 30, "last_updated": updated, "gbfs_version": "3.0",
+            **extra}
+
+
+def test_statuses_deduplicated_bad_rows_quarantined_and_rebuild_equal(
+        spark: SparkSession, lake: Settings) -> None:
+    bronze = Bronze(lake, "silver_station_status", "bikes.station_status")
+    good = [("s1", _status("s1")), ("s2", _status("s2", bikes=0)),
+            ("s3", _status("s3", bikes=600))]  # 600: breaks the warn rule only
+    bad = [("s4", _status("s4", bikes=-2)),                       # quarantine rule
+           ("s5", '{"station_id": "s5", "num_bikes'),              # malformed JSON
+           ("s6", _status("s6", bikes="many")),                    # wrong type
+           ("s7", _status("s7", colour="red")),                    # field not in the contract
+           ("s8", _status("s8", updated=EPOCH - 3 * 86400)),       # beyond the watermark
+           ("s9", _status("s9 bad id"))]                            # regex rule
+    offsets = bronze.append(good + bad)
+    totals = run_silver(spark, lake, ["silver_station_status"], report=lambda _: None)
+    assert totals["silver_station_status"]["read"] == 9
+    assert totals["silver_station_status"]["quarantined"] == 6
+    assert totals["silver_station_status"]["warned"] == 1
+
+    silver = _rows(lake, "silver_station_status")
+    assert sorted((r["station_id"], r["num_bikes_available"]) for r in silver) == [
+        ("s1", 5), ("s2", 0), ("s3", 600)]
+    s1 = next(r for r in silver if r["station_id"] == "s1")
+    assert s1["last_updated"] == NOW and s1["status_date"] == NOW.date()
+    assert s1["last_reported"] == NOW - timedelta(seconds=30)
+    assert (s1["kafka_topic"], s1["kafka_partition"], s1["kafka_offset"]) == (
+        "bikes.station_status", 0, offsets[0])
+
+    quarantine = {r["raw_key"].decode(): r for r in _rows(lake, "quarantine_station_status")}
+    assert sorted(quarantine) == ["s4", "s5", "s6", "s7", "s8", "s9"]
+    assert (quarantine["s4"]["stage"], quarantine["s4"]["failed_rules"]) == (
+        "expectations", ["bikes_available_not_negative"])
+    assert quarantine["s5"]["stage"] == "parse"
+    assert quarantine["s5"]["raw_value"] == b'{"station_id": "s5", "num_bikes'
+    assert quarantine["s6"]["stage"] == "schema"
+    assert "num_bikes_available" in quarantine["s6"]["reason"]
+    assert quarantine["s7"]["stage"] == "schema" and "colour" in quarantine["s7"]["reason"]
+    assert quarantine["s8"]["failed_rules"] == ["late_beyond_watermark"]
+    assert quarantine["s9"]["failed_rules"] == ["station_id_format"]
+    assert quarantine["s4"]["kafka_offset"] == offsets[3]
+
+    metrics = {(r["batch_id"], r["rule"]): r for r in _rows(lake, "quality_batch_metrics")}
+    negative = metrics[(0, "bikes_available_not_negative")]
+    assert (negative["rows_checked"], negative["rows_failed"]) == (6, 1)  # 9 - parse - schema
+    assert metrics[(0, "bikes_available_plausible")]["rows_failed"] == 1
+    assert metrics[(0, "_parse")]["rows_failed"] == 1
+    assert metrics[(0, "_schema")]["rows_failed"] == 2
+    assert (metrics[(0, "_batch")]["rows_passed"], metrics[(0, "_batch")]["rows_failed"]) == (
+        3, 6)
+
+    # re-delivery: the same statuses again (new offsets) and one new status
+    bronze.append([*good, ("s1", _status("s1", bikes=4, updated=EPOCH + 60))])
+    run_silver(spark, lake, ["silver_station_status"], report=lambda _: None)
+    incremental = _rows(lake, "silver_station_status")
+    assert len(incremental) == 4
+    assert [r for r in incremental if r["station_id"] == "s1" and r["kafka_offset"] != 0] != []
+    assert {r["kafka_offset"] for r in incremental} == {0, 1, 2, 9 + 3}
+    quarantined = _rows(lake, "quarantine_station_status")
+    assert len(quarantined) == 6
+
+    # a second run with nothing new changes nothing
+    version = _version(lake, "silver_station_status")
+    run_silver(spark, lake, ["silver_station_status"], report=lambda _: None)
+    assert _version(lake, "silver_station_status") == version
+
+    rebuild_silver(spark, lake, "silver_station_status", report=lambda _: None)
+    assert _rows(lake, "silver_station_status") == incremental
+    assert len(_rows(lake, "quarantine_station_status")) == 6
+
+
+def _spec_with_suite(tmp_path: Path, rules: list[dict]) -> PipelineSpec:
+    suite = tmp_path / "station_status_fail.json"
+    suite.write_text(json.dumps({"name": "station_status_fail", "expectations": rules}))
+    spec = load_specs(tables=["silver_station_status"])[0]
+    return spec.model_copy(update={"suite": str(suite)})
+
+
+def test_fail_rule_stops_the_query_naming_rule_and_rows(
+        spark: SparkSession, lake: Settings, tmp_path: Path) -> None:
+    bronze = Bronze(lake, "silver_station_status", "bikes.station_status")
+    bronze.append([("ok", _status("ok")), ("huge", _status("huge", bikes=9999))])
+    spec = _spec_with_suite(tmp_path, [
+        {"type": "expect_column_values_to_be_between",
+         "kwargs": {"column": "num_bikes_available", "max_value": 1000},
+         "meta": {"rule": "bikes_below_sanity_limit", "severity": "fail"}}])
+    with pytest.raises(RuntimeError) as failure:
+        run_silver(spark, lake, specs=[spec], report=lambda _: None)
+    message = str(failure.value)
+    assert "bikes_below_sanity_limit" in message
+    assert "huge" in message and "9999" in message
+    assert _rows(lake, "silver_station_status") == []  # nothing of the batch was written
+    assert _rows(lake, "quarantine_station_status") == []
+
+
+def _station(name: str, lat: float, updated: int) -> dict:
+    return {"system_id": "sim", "station_id": "st-1", "name": name, "short_name": None,
+            "lat": lat, "lon": 4.85, "capacity": 20, "address": None, "region_id": None,
+            "last_updated": updated, "gbfs_version": "3.0"}
+
+
+def test_scd2_history_for_a_moved_station(spark: SparkSession, lake: Settings) -> None:
+    bronze = Bronze(lake, "silver_station_information", "bikes.station_information")
+    table = "silver_station_information"
+    bronze.append([("st-1", _station("Place Bellecour", 45.757, EPOCH - 3600))])
+    run_silver(spark, lake, [table], report=lambda _: None)
+    assert len(_rows(lake, table)) == 1
+
+    # an unchanged re-delivery (later last_updated, same attributes) changes nothing
+    version = _version(lake, table)
+    bronze.append([("st-1", _station("Place Bellecour", 45.757, EPOCH - 1800))])
+    run_silver(spark, lake, [table], report=lambda _: None)
+    assert _version(lake, table) == version
+
+    bronze.append([("st-1", _station("Place Bellecour", 45.760, EPOCH))])  # moved
+    run_silver(spark, lake, [table], report=lambda _: None)
+    versions = sorted(_rows(lake, table), key=lambda r: r["valid_from"])
+    assert [(r["lat"], r["valid_from"], r["valid_to"], r["is_current"]) for r in versions] == [
+        (45.757, NOW - timedelta(hours=1), NOW, False), (45.760, NOW, None, True)]
+    assert versions[0]["attributes_hash"] != versions[1]["attributes_hash"]
+
+    incremental = _rows(lake, table)
+    rebuild_silver(spark, lake, table, report=lambda _: None)
+    assert _rows(lake, table) == incremental
+
+
+def _zoned(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _rental(rental_id: int, status: str = "active", price: int | None = None) -> dict:
+    started = NOW - timedelta(minutes=30)
+    ended = NOW if status == "completed" else None
+    return {"rental_id": rental_id, "bike_id": f"bike-{rental_id}",
+            "start_station_id": "station-3",
+            "end_station_id": "station-7" if ended else None,
+            "started_at": _zoned(started), "ended_at": _zoned(ended) if ended else None,
+            "status": status, "price_cents": price, "updated_at": _zoned(ended or started)}
+
+
+def _event(op: str, lsn: int, before: dict | None, after: dict | None) -> dict:
+    return {"before": before, "after": after, "op": op, "ts_ms": 1_700_000_000_000 + lsn,
+            "source": {"version": "3.1.1.Final", "connector": "postgresql", "name": "bikes",
+                       "ts_ms": 1_700_000_000_000 + lsn, "db": "rentals", "schema": "public",
+                       "table": "rentals", "lsn": lsn, "txId": lsn, "snapshot": "false"},
+            "transaction": None}
+
+
+def test_cdc_shuffled_and_replayed_events_converge(spark: SparkSession, lake: Settings) -> None:
+    table = "silver_rentals"
+    bronze = Bronze(lake, table, "bikes.rentals_db.public.rentals")
+    key = lambda i: json.dumps({"rental_id": i})  # noqa: E731
+    active1, done1 = _rental(1), _rental(1, "completed", 250)
+    active2 = _rental(2)
+    active3, done3 = _rental(3), _rental(3, "completed", 400)
+    events = [
+        (key(1), _event("c", 100, None, active1)),
+        (key(1), _event("u", 200, active1, done1)),
+        (key(2), _event("c", 300, None, active2)),
+        (key(2), _event("d", 400, active2, None)),
+        (key(2), None),                                   # tombstone after the delete
+        (key(3), _event("c", 500, None, active3)),
+        (key(3), _event("u", 600, active3, done3)),
+    ]
+    shuffled = events[:]
+    random.Random(5).shuffle(shuffled)
+    # out of order across two micro-batches: the newest changes of 1 and 3 come first
+    newest_first = [e for e in shuffled if e[1] and e[1]["op"] != "c"] + \
+        [e for e in shuffled if not e[1] or e[1]["op"] == "c"]
+    bronze.append(newest_first[:4])
+    run_silver(spark, lake, [table], report=lambda _: None)
+    bronze.append(newest_first[4:])
+    totals = run_silver(spark, lake, [table], report=lambda _: None)
+    assert totals[table]["tombstones"] == 1
+    bronze.append(events)  # the whole history replayed
+    run_silver(spark, lake, [table], report=lambda _: None)
+
+    state = {r["rental_id"]: r for r in _rows(lake, table)}
+    assert sorted(state) == [1, 2, 3]
+    assert (state[1]["status"], state[1]["price_cents"], state[1]["is_deleted"]) == (
+        "completed", 250, False)
+    assert state[1]["ended_at"] == NOW and state[1]["source_lsn"] == 200
+    assert (state[2]["is_deleted"], state[2]["source_op"], state[2]["status"]) == (
+        True, "d", "active")
+    assert (state[3]["status"], state[3]["source_lsn"]) == ("completed", 600)
+    assert state[3]["started_at"] == NOW - timedelta(minutes=30)
+    assert _rows(lake, "quarantine_rentals") == []
+
+    incremental = _rows(lake, table, drop=("applied_at", "kafka_offset"))
+    rebuild_silver(spark, lake, table, report=lambda _: None)
+    assert _rows(lake, table, drop=("applied_at", "kafka_offset")) == incremental
+
+
+def test_pipeline_specs_and_suites_are_valid() -> None:
+    specs = load_specs()
+    assert {s.table for s in specs} == {p.stem for p in PIPELINES_DIR.glob("*.yaml")}
