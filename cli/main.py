@@ -13,8 +13,10 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.connectors_commands import connectors
+from cli.gold_commands import gold
 from cli.rentals_commands import rentals
 from cli.scrape_commands import scrape, simulator
+from cli.silver_commands import silver
 from cli.tables_commands import maintain, tables
 from infra.components.base import StackError
 from infra.components.postgres import Postgres
@@ -268,6 +270,8 @@ cli.add_command(scrape)
 cli.add_command(simulator)
 cli.add_command(tables)
 cli.add_command(maintain)
+cli.add_command(silver)
+cli.add_command(gold)
 
 
 def main() -> None:

@@ -9,7 +9,6 @@ of this module's own and filled with delta-rs, so the test does not depend on th
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -25,6 +24,7 @@ from lakehouse.storage import storage_options
 from lakehouse.table_manager import apply_plan, plan_table, table_location
 from settings import Settings
 from spark_streaming.gold import run_gold
+from tests.conftest import run_cli
 
 SYSTEM = "lakeside"
 DAY = date(2026, 3, 2)
@@ -62,21 +62,34 @@ class Lake:
         return run_gold(spark, self.settings, rebuild=rebuild, report=print)
 
 
-@pytest.fixture
-def lake(stack: Stack, settings: Settings) -> Iterator[Lake]:
+@dataclass
+class Built:
+    """The module's lake after its first gold run: what it wrote and the tables then."""
+
+    lake: Lake
+    written: dict[str, int]
+    tables: dict[str, dict[tuple, dict[str, Any]]]
+
+
+GOLD = ("gold_station_availability_15min", "gold_rentals_daily_weather",
+        "gold_system_utilisation_hourly")
+
+
+@pytest.fixture(scope="module")
+def built(stack: Stack, settings: Settings, spark: SparkSession) -> Built:
     prefix = f"test-gold/{uuid.uuid4().hex[:10]}"
     scoped = settings.model_copy(update={"lakehouse": settings.lakehouse.model_copy(
         update={"tables_prefix": prefix})})
     root = scoped.tables_uri
     storage = storage_options(scoped, root)
     names = ["silver_station_status", "silver_vehicle_status", "silver_rentals",
-             "silver_weather_hourly", "gold_station_availability_15min",
-             "gold_rentals_daily_weather", "gold_system_utilisation_hourly"]
+             "silver_weather_hourly", *GOLD]
     for definition in load_definitions(tables=names):
         apply_plan(plan_table(definition, root, storage), storage, lambda _m: None)
     lake = Lake(scoped, root, storage)
     _fill(lake)
-    yield lake
+    written = lake.gold(spark)
+    return Built(lake, written, {name: lake.keyed(name) for name in GOLD})
 
 
 def status(station: str, when: datetime, bikes: int, docks: int,
@@ -139,12 +152,11 @@ def _fill(lake: Lake) -> None:
     ])
 
 
-def test_first_run_computes_hand_checked_figures(lake: Lake, spark: SparkSession) -> None:
-    written = lake.gold(spark)
-    assert written == {"gold_station_availability_15min": 3, "gold_rentals_daily_weather": 3,
+def test_first_run_computes_hand_checked_figures(built: Built) -> None:
+    assert built.written == {"gold_station_availability_15min": 3, "gold_rentals_daily_weather": 3,
                        "gold_system_utilisation_hourly": 1}
 
-    windows = lake.keyed("gold_station_availability_15min")
+    windows = built.tables["gold_station_availability_15min"]
     first = windows[(SYSTEM, "station-1", at(10, 0))]
     assert first["window_end"] == at(10, 15) and first["window_date"] == DAY
     assert first["avg_bikes_available"] == pytest.approx((0 * 5 + 4 * 5 + 10 * 5) / 15)
@@ -164,7 +176,7 @@ def test_first_run_computes_hand_checked_figures(lake: Lake, spark: SparkSession
     assert (lone["avg_bikes_available"], lone["share_time_empty"], lone["status_updates"]) == (
         1.0, 0.0, 1)
 
-    daily = lake.keyed("gold_rentals_daily_weather")
+    daily = built.tables["gold_rentals_daily_weather"]
     one = daily[(DAY, "station-1")]
     assert (one["rentals_started"], one["rentals_completed"]) == (3, 2)  # rental 4 deleted
     assert one["avg_duration_minutes"] == pytest.approx(15.0)
@@ -178,7 +190,7 @@ def test_first_run_computes_hand_checked_figures(lake: Lake, spark: SparkSession
     assert (no_weather["location_id"], no_weather["weather_hours"],
             no_weather["temperature_mean_c"]) == (None, 0, None)
 
-    hourly = lake.keyed("gold_system_utilisation_hourly")
+    hourly = built.tables["gold_system_utilisation_hourly"]
     ten = hourly[(SYSTEM, at(10, 0))]
     assert ten["stations_reporting"] == 2
     assert ten["bikes_available"] == pytest.approx((0 + 4 + 10 + 2) / 4 + 1)
@@ -197,11 +209,8 @@ def _content(lake: Lake, name: str) -> dict[tuple, dict[str, Any]]:
             for k, row in lake.keyed(name).items()}
 
 
-def test_incremental_replaces_only_affected_keys(lake: Lake, spark: SparkSession) -> None:
-    lake.gold(spark)
-    before = {name: lake.keyed(name) for name in (
-        "gold_station_availability_15min", "gold_rentals_daily_weather",
-        "gold_system_utilisation_hourly")}
+def test_incremental_replaces_only_affected_keys(built: Built, spark: SparkSession) -> None:
+    lake, before = built.lake, built.tables
 
     # a late status inside 10:15-10:30, a cancelled rental, a late weather hour
     lake.append("silver_station_status", [status("station-1", at(10, 17, 30), 0, 10)])
@@ -237,7 +246,25 @@ def test_incremental_replaces_only_affected_keys(lake: Lake, spark: SparkSession
     assert lake.gold(spark) == dict.fromkeys(before, 0)
     assert {name: lake.table(name).version() for name in before} == versions
 
+    # a silver commit that changes no row (a property converged): one commit recording
+    # the version, then nothing again
+    hourly_table = lake.table("gold_system_utilisation_hourly")
+    lake.table("silver_vehicle_status").alter.set_table_properties(
+        {"delta.checkpointInterval": "11"})
+    assert lake.gold(spark)["gold_system_utilisation_hourly"] == 0
+    assert lake.table("gold_system_utilisation_hourly").version() == hourly_table.version() + 1
+    assert _content(lake, "gold_system_utilisation_hourly") == {
+        k: {c: v for c, v in row.items() if c != "updated_at"} for k, row in hourly.items()}
+    assert lake.gold(spark)["gold_system_utilisation_hourly"] == 0
+    assert lake.table("gold_system_utilisation_hourly").version() == hourly_table.version() + 1
+
     # a rebuild from silver gives the same content
     incremental = {name: _content(lake, name) for name in before}
     lake.gold(spark, rebuild=True)
     assert {name: _content(lake, name) for name in before} == incremental
+
+
+def test_cli_rejects_unknown_table() -> None:
+    result = run_cli("gold", "--table", "gold_nope")
+    assert result.returncode == 2
+    assert "gold_nope" in result.stderr and "gold_station_availability_15min" in result.stderr

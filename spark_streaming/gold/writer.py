@@ -53,6 +53,12 @@ def replace_keys(table: DeltaTable, rows: pa.Table, keys: pa.Table, unique_key: 
                   for name in schema.names}
         padded[GONE] = pa.array([True] * len(gone), pa.bool_())
         source = pa.concat_tables([source, pa.table(padded, schema=source.schema)])
+    if source.num_rows == 0:
+        # delta-rs makes no commit for an empty MERGE: record the consumed versions with an
+        # empty append, so the silver versions that changed nothing here are not re-read
+        write_deltalake(table, pa.schema(table.schema().to_arrow()).empty_table(),
+                        mode="append", commit_properties=_commit(transactions, "incremental"))
+        return
     match = " AND ".join(f"t.{c} = s.{c}" for c in unique_key)
     values = {c: f"s.{c}" for c in schema.names}
     (table.merge(source, match, source_alias="s", target_alias="t",
