@@ -152,8 +152,8 @@ def scrape_once(settings: Settings, report: Report) -> int:
 
 
 def catch_up(spark: SparkSession, settings: Settings, options: IngestOptions,
-             report: Report) -> dict[str, dict[str, int]]:
-    """Read every source once and drain every layer; rows per table per layer."""
+             report: Report) -> dict[str, dict[str, object]]:
+    """Read every source once and drain every layer; figures per table per layer."""
     from spark_streaming.bronze import run_available_now
     from spark_streaming.gold import run_gold
     from spark_streaming.silver import run_silver
@@ -162,30 +162,14 @@ def catch_up(spark: SparkSession, settings: Settings, options: IngestOptions,
     if settings.embedded.enabled and "rentals" not in options.skip:
         make_rentals_changes(settings, options, report)
     topics = bronze_topics(settings)
-    results: dict[str, dict[str, int]] = {}
+    results: dict[str, dict[str, object]] = {"bronze": {}}
     # One topic at a time: on a 2-core machine parallel queries gain little, and many
     # Python planner workers starting at once can miss Spark's 10 s connect-back limit.
-    results["bronze"] = {}
     for topic in topics:
         results["bronze"].update(run_available_now(spark, settings, [topic], report))
-    results["silver"] = _counts(run_silver(spark, settings, available_now=True,
-                                           report=report))
-    results["gold"] = _counts(run_gold(spark, settings, report=report))
+    results["silver"] = dict(run_silver(spark, settings, available_now=True, report=report))
+    results["gold"] = dict(run_gold(spark, settings, report=report))
     return results
-
-
-def _counts(result: dict) -> dict[str, int]:
-    """Per-table figures as plain ints (the layers may return richer objects)."""
-    flat: dict[str, int] = {}
-    for table, value in result.items():
-        if isinstance(value, int):
-            flat[table] = value
-        elif isinstance(value, dict):
-            flat[table] = int(value.get("rows", value.get("written", sum(
-                v for v in value.values() if isinstance(v, int)))))
-        else:
-            flat[table] = int(getattr(value, "rows", 0) or 0)
-    return flat
 
 
 def run_forever(spark: SparkSession, settings: Settings, options: IngestOptions,

@@ -240,8 +240,8 @@ def ingest(ctx: click.Context, until_caught_up: bool, interval: str,
             if until_caught_up:
                 results = service.catch_up(spark, settings, options, _say)
                 for layer, tables in results.items():
-                    for table, rows in sorted(tables.items()):
-                        _say(f"{layer}: {table}: {rows} row(s)")
+                    for table, figures in sorted(tables.items()):
+                        _say(f"{layer}: {table}: {figures}")
                 _say(f"[green]ingest caught up[/green] in {time.monotonic() - began:.0f} s")
             else:
                 _say("ingest running; Ctrl-C stops every query after its current batch")

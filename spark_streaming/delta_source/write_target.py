@@ -93,10 +93,12 @@ def prepare_write(options: DeltaOptions, spark_schema: StructType, overwrite: bo
             c.lower() for c in partition_by]:
         raise DeltaSchemaError(f"option partitionBy {list(options.partition_by)} differs from "
                                f"the table's partition columns {list(partition_by)}")
-    if options.properties:
+    current = table.metadata().configuration
+    differing = sorted(k for k, v in options.properties.items() if current.get(k) != v)
+    if differing:
         log.warning("lakehouse_delta: table properties %s ignored: %s already exists "
-                    "(they apply when a write creates the table)",
-                    sorted(options.properties), options.table_uri)
+                    "(they apply when a write creates the table; `lakehouse tables apply` "
+                    "converges them)", differing, options.table_uri)
     return WriteTarget(
         table_uri=options.table_uri, storage=storage, schema=schema, partition_by=partition_by,
         column_map=match_columns(incoming, schema), overwrite=overwrite,
