@@ -24,9 +24,11 @@ from infra.stack import Stack
 from lakehouse.definitions import load_definitions
 from lakehouse.storage import storage_options, table_uri
 from settings import Settings
-from spark_streaming.silver import rebuild_silver, run_silver
+from spark_streaming.silver import rebuild_silver, run_silver, run_table_checks
+from spark_streaming.silver.expectations import SuiteError, load_suite
 from spark_streaming.silver.job import ensure_tables
-from spark_streaming.silver.spec import PIPELINES_DIR, PipelineSpec, load_specs
+from spark_streaming.silver.spec import PIPELINES_DIR, PipelineSpec, SpecError, load_specs
+from spark_streaming.silver.table_checks import data_docs_index
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 EPOCH = int(NOW.timestamp())
@@ -170,6 +172,15 @@ def test_statuses_deduplicated_bad_rows_quarantined_and_rebuild_equal(
     assert _rows(lake, "silver_station_status") == incremental
     assert len(_rows(lake, "quarantine_station_status")) == 6
 
+    # table-level expectations with Great Expectations, results in quality_results
+    results = run_table_checks(spark, lake, ["silver_station_status"], report=lambda _: None)
+    outcome = {r["rule"]: r["success"] for r in results}
+    assert outcome == {"one_row_per_station_update": True, "table_not_empty": True,
+                       "fresh_within_one_hour": True}
+    stored = _rows(lake, "quality_results")
+    assert sorted(r["rule"] for r in stored) == sorted(outcome)
+    assert data_docs_index(lake).is_file()
+
 
 def _spec_with_suite(tmp_path: Path, rules: list[dict]) -> PipelineSpec:
     suite = tmp_path / "station_status_fail.json"
@@ -293,6 +304,27 @@ def test_cdc_shuffled_and_replayed_events_converge(spark: SparkSession, lake: Se
     assert _rows(lake, table, drop=("applied_at", "kafka_offset")) == incremental
 
 
-def test_pipeline_specs_and_suites_are_valid() -> None:
+def test_pipeline_specs_and_suites_are_valid(tmp_path: Path) -> None:
     specs = load_specs()
     assert {s.table for s in specs} == {p.stem for p in PIPELINES_DIR.glob("*.yaml")}
+    for spec in specs:
+        assert load_suite(spec.suite_path).row_rules, spec.table
+
+    bad_spec = tmp_path / "silver_station_status.yaml"
+    text = (PIPELINES_DIR / "silver_station_status.yaml").read_text()
+    bad_spec.write_text(text.replace("num_docks_available: int", "num_docks_available: integer")
+                        .replace("columns:\n  status_date: to_date(last_updated)\n", ""))
+    with pytest.raises(SpecError) as spec_error:
+        load_specs(tmp_path)
+    message = str(spec_error.value)
+    assert str(bad_spec) in message
+    assert "fields.num_docks_available: unknown type 'integer'" in message
+    assert "silver_station_status.status_date has no source" in message
+
+    bad_suite = tmp_path / "suite.json"
+    bad_suite.write_text(json.dumps({"name": "x", "expectations": [
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "a"},
+         "meta": {"rule": "a_present", "severity": "loud"}}]}))
+    with pytest.raises(SuiteError, match=r"suite.json: expectations\[0\] \(a_present\): "
+                                          r"meta.severity must be one of warn, quarantine, fail"):
+        load_suite(bad_suite)

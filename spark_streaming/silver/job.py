@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from deltalake.exceptions import TableNotFoundError
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -30,6 +31,7 @@ from spark_streaming.checkpoint_offsets import last_source_offset
 from spark_streaming.silver.batch import METRICS_TABLE, SilverPipeline
 from spark_streaming.silver.delta_writes import DeltaTarget
 from spark_streaming.silver.expectations import load_suite
+from spark_streaming.silver.routing import FailRuleBroken
 from spark_streaming.silver.spec import PipelineSpec, load_specs
 
 Report = Callable[[str], None]
@@ -114,8 +116,20 @@ def _caught_up(settings: Settings, pipeline: SilverPipeline) -> bool:
             and int(offset["version"]) >= bronze.version())
 
 
+def _terminated(query: StreamingQuery) -> bool:
+    try:
+        return bool(query.awaitTermination(1))
+    except StreamingQueryException:
+        return True  # reported through query.exception()
+
+
 def _failed(query: StreamingQuery, table: str) -> RuntimeError:
-    return RuntimeError(f"silver query {table} stopped: {query.exception()}")
+    """The reason a query stopped, without the JVM and Python stack traces around it."""
+    text = str(query.exception())
+    marker = f"{FailRuleBroken.__name__}: "
+    if marker in text:
+        text = text.split(marker, 1)[1].split("\n\tat ", 1)[0].strip()
+    return RuntimeError(f"silver query {table} stopped: {text}")
 
 
 def run_silver(spark: SparkSession, settings: Settings, tables: list[str] | None = None,
@@ -144,7 +158,7 @@ def run_silver(spark: SparkSession, settings: Settings, tables: list[str] | None
             before = pipeline.totals.get("read", 0)
             query = start_query(spark, settings, pipeline, available_now=True,
                                 max_files_per_trigger=max_files_per_trigger)
-            while not query.awaitTermination(1):
+            while not _terminated(query):
                 if stop is not None and stop.is_set():
                     query.stop()
             if query.exception() is not None:

@@ -49,7 +49,12 @@ def _gx_suite(suite: Suite, expectations: list[Expectation]) -> Any:
 
 
 def docs_folder(settings: Settings) -> Path:
+    """The GX project folder (file context) under the state folder."""
     return settings.state_path / "gx"
+
+
+def data_docs_index(settings: Settings) -> Path:
+    return docs_folder(settings) / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
 
 
 def run_table_checks(spark: SparkSession, settings: Settings, tables: list[str] | None = None,

@@ -1,0 +1,78 @@
+"""`lakehouse silver`: bronze -> silver Delta tables (typed, deduplicated, SCD2, CDC merge,
+expectations with quarantine), and the table-level quality checks.
+
+Exit codes: 0 success; 1 a silver query stopped (e.g. a `fail` expectation, named with a
+sample of its rows); 2 invalid configuration, pipeline spec or suite.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+from rich.console import Console
+
+from cli.context import settings_of
+
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _say(message: str) -> None:
+    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] ", end="")
+    console.print(message, markup=False)
+
+
+@click.command()
+@click.option("--table", "tables", multiple=True,
+              help="Only this silver table (repeatable). Default: every pipeline spec in "
+                   "spark_streaming/silver/pipelines/.")
+@click.option("--continuous", is_flag=True,
+              help="Keep running on a processing-time trigger until Ctrl-C (default: catch "
+                   "up with bronze and exit).")
+@click.option("--interval", default="10 seconds", show_default=True,
+              help="Trigger interval with --continuous.")
+@click.option("--rebuild", is_flag=True,
+              help="Replay the table(s) from bronze: new checkpoint, table emptied, rebuilt.")
+@click.option("--check", is_flag=True,
+              help="Afterwards run the table-level expectations (Great Expectations) and "
+                   "build the Data Docs site.")
+@click.pass_context
+def silver(ctx: click.Context, tables: tuple[str, ...], continuous: bool, interval: str,
+           rebuild: bool, check: bool) -> None:
+    """Bronze -> silver tables, exactly once, bad records to quarantine with the reason."""
+    from spark_streaming.bronze import stop_on_signals
+    from spark_streaming.session import build_spark_session
+    from spark_streaming.silver import rebuild_silver, run_silver, run_table_checks
+    from spark_streaming.silver.spec import load_specs
+
+    settings = settings_of(ctx)
+    specs = load_specs(tables=tables)  # invalid specs stop here, before Spark starts
+    if rebuild and continuous:
+        raise click.UsageError("--rebuild catches up once; run --continuous afterwards")
+    _say(f"silver: {', '.join(s.table for s in specs)} on {settings.tables_uri}")
+    spark = build_spark_session(settings, app_name="lakehouse-silver")
+    try:
+        with stop_on_signals() as stop:
+            if rebuild:
+                totals = {}
+                for spec in specs:
+                    totals.update(rebuild_silver(spark, settings, spec.table, _say))
+            else:
+                totals = run_silver(spark, settings, [s.table for s in specs],
+                                    available_now=not continuous, stop=stop, report=_say,
+                                    interval=interval)
+            _say(f"silver done: {json.dumps(totals)}")
+            if check and not stop.is_set():
+                results = run_table_checks(spark, settings, [s.table for s in specs],
+                                           report=_say)
+                failed = [f"{r['checked_table']}.{r['rule']}" for r in results
+                          if not r["success"]]
+                _say(f"table checks: {len(results)} run, failed: {failed or 'none'}")
+    except RuntimeError as exc:
+        console.print("[red]error:[/red] ", end="")
+        console.print(str(exc), markup=False)
+        sys.exit(1)
+    finally:
+        spark.stop()
