@@ -31,7 +31,7 @@ def gold(ctx: click.Context, tables: tuple[str, ...], rebuild: bool) -> None:
     consumed are recorded in each gold commit. The tables must exist (`lakehouse tables
     apply`).
     """
-    from spark_streaming.gold import METRICS, run_gold
+    from spark_streaming.gold import METRICS, behind, preflight, run_gold
     from spark_streaming.session import build_spark_session
 
     unknown = [t for t in tables if t not in METRICS]
@@ -39,7 +39,11 @@ def gold(ctx: click.Context, tables: tuple[str, ...], rebuild: bool) -> None:
         raise click.BadParameter(f"{unknown} (known: {', '.join(METRICS)})",
                                  param_hint="--table")
     settings = load_settings(ctx.obj.get("profile"))
-    _say(f"gold: {', '.join(tables or METRICS)} under {settings.tables_uri}"
+    chosen = preflight(settings, tables)  # missing tables are reported before Spark starts
+    if not rebuild and not any(behind(settings, table) for table in chosen):
+        _say(f"gold: {', '.join(chosen)} up to date with silver, nothing to do")
+        return
+    _say(f"gold: {', '.join(chosen)} under {settings.tables_uri}"
          + (" (rebuild)" if rebuild else ""))
     spark = build_spark_session(settings, app_name="lakehouse-gold")
     try:

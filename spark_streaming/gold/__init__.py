@@ -5,6 +5,6 @@ system_utilisation (the metrics, Spark SQL over pinned silver views), progress (
 versions consumed, change feed), writer (delta-rs commits), runner (run_gold).
 """
 
-from spark_streaming.gold.runner import METRICS, GoldError, run_gold
+from spark_streaming.gold.runner import METRICS, GoldError, behind, preflight, run_gold
 
-__all__ = ["METRICS", "GoldError", "run_gold"]
+__all__ = ["METRICS", "GoldError", "behind", "preflight", "run_gold"]

@@ -98,16 +98,33 @@ def run_metric(spark: SparkSession, settings: Settings, metric: GoldMetric, rebu
     return rows.num_rows
 
 
-def run_gold(spark: SparkSession, settings: Settings, tables: Sequence[str] | None = None,
-             rebuild: bool = False, report: Report = print) -> dict[str, int]:
-    """Update the gold tables (default: all) incrementally, or rebuild them from silver;
-    rows written per table (0: already up to date)."""
+def preflight(settings: Settings, tables: Sequence[str] | None = None) -> list[str]:
+    """The gold tables to run, checked before any Spark work: known names, and every gold
+    table and silver source present (GoldError naming the first problem otherwise)."""
     chosen = list(tables) if tables else list(METRICS)
     unknown = [t for t in chosen if t not in METRICS]
     if unknown:
         raise GoldError(f"unknown gold table(s) {unknown} (known: {', '.join(METRICS)})")
+    for name in chosen:
+        for table in (name, *METRICS[name].sources):
+            _open(settings, table)
+    return chosen
+
+
+def behind(settings: Settings, table: str) -> bool:
+    """Whether silver has versions the gold `table` has not consumed (cheap: logs only)."""
+    gold = _open(settings, table)
+    return any(source_progress(gold, name, _open(settings, name)).has_news
+               for name in METRICS[table].sources)
+
+
+def run_gold(spark: SparkSession, settings: Settings, tables: Sequence[str] | None = None,
+             rebuild: bool = False, report: Report = print) -> dict[str, int]:
+    """Update the gold tables (default: all) incrementally, or rebuild them from silver;
+    rows written per table (0: already up to date)."""
+    chosen = preflight(settings, tables)
     return {name: run_metric(spark, settings, METRICS[name], rebuild, report)
             for name in chosen}
 
 
-__all__ = ["METRICS", "GoldError", "run_gold", "run_metric"]
+__all__ = ["METRICS", "GoldError", "behind", "preflight", "run_gold", "run_metric"]
