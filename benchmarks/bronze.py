@@ -115,31 +115,50 @@ def _write(uri: str, store: dict[str, str], batches: list[pa.RecordBatch]) -> in
     return table.num_rows
 
 
-class PeakRss:
-    """Peak RSS of this process and all its children (the Spark JVM and Python workers)."""
+class TreeSampler:
+    """Peak RSS and CPU seconds of this process and all its children (the Spark JVM and
+    Python workers), sampled every half second: CPU of a child that lives less than a
+    sample interval is missed, so the CPU figure is a lower bound."""
 
     def __init__(self) -> None:
         self.peak = 0
+        self._cpu: dict[int, float] = {}
+        self._cpu_at_start: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
         me = psutil.Process()
+        first = True
         while not self._stop.is_set():
             total = 0
             for proc in [me, *me.children(recursive=True)]:
-                with contextlib.suppress(psutil.NoSuchProcess):
+                with contextlib.suppress(psutil.Error):
                     total += proc.memory_info().rss
+                    times = proc.cpu_times()
+                    self._cpu[proc.pid] = times.user + times.system
+                    if first:
+                        self._cpu_at_start[proc.pid] = self._cpu[proc.pid]
+            first = False
             self.peak = max(self.peak, total)
             self._stop.wait(0.5)
 
-    def __enter__(self) -> PeakRss:
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(v - self._cpu_at_start.get(pid, 0.0) for pid, v in self._cpu.items())
+
+    def __enter__(self) -> TreeSampler:
         self._thread.start()
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def _cpu_seconds() -> float:
+    times = psutil.Process().cpu_times()
+    return times.user + times.system
 
 
 def run(report: Any = print) -> dict[str, Any]:
@@ -151,15 +170,22 @@ def run(report: Any = print) -> dict[str, Any]:
         report(f"producing {EVENTS:,} events of ~300 bytes over {PARTITIONS} partitions")
         produce_s = produce(settings, topic, report)
         report("baseline: confluent-kafka + delta-rs in one process")
+        load_before = round(os.getloadavg()[0], 2)
+        cpu_began = _cpu_seconds()
         base_s = baseline(settings, topic, table_uri(settings, f"bench_baseline_{topic[-8:]}"))
+        base_cpu_s = _cpu_seconds() - cpu_began
         report(f"baseline: {EVENTS / base_s:,.0f} events/s")
-        with PeakRss() as rss:
+        rounds: list[dict[str, float]] = []
+        with TreeSampler() as rss:
             began = time.monotonic()
             spark = build_spark_session(settings, app_name="bench-bronze")
             spark_start_s = time.monotonic() - began
+            cpu_at_start = rss.cpu_seconds
             began = time.monotonic()
-            totals = run_available_now(spark, settings, [topic], report)
+            totals = run_available_now(spark, settings, [topic], report, rounds=rounds)
             spark_s = time.monotonic() - began
+            time.sleep(0.6)  # one more sample of the workers' CPU
+            spark_cpu_s = rss.cpu_seconds - cpu_at_start
             spark.stop()
         assert sum(totals.values()) >= EVENTS, totals
     finally:
@@ -175,6 +201,14 @@ def run(report: Any = print) -> dict[str, Any]:
         "baseline_s": round(base_s, 1),
         "spark_s": round(spark_s, 1),
         "spark_session_start_s": round(spark_start_s, 1),
+        # where spark_s went: each availableNow round (query start, the batch, commit)
+        # and the broker check that decides whether another round is needed
+        "spark_rounds": rounds,
+        # CPU seconds (all cores; the Spark figure sums the JVM and Python workers): a
+        # loaded machine stretches wall time, much less CPU time
+        "baseline_cpu_s": round(base_cpu_s, 1),
+        "spark_cpu_s": round(spark_cpu_s, 1),
+        "load_avg_1m_before": load_before,
         "baseline_eps": round(baseline_eps),
         "spark_eps": round(spark_eps),
         "ratio": round(spark_eps / baseline_eps, 2),

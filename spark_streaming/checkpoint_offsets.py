@@ -36,3 +36,27 @@ def last_source_offset(checkpoint: str | None,
             if isinstance(value, dict) and accept(value):
                 return value
     return None
+
+
+def committed_source_offset(checkpoint: str | None) -> dict | None:
+    """End offset of the single source in the newest batch of a local checkpoint, only if
+    Spark recorded that batch as done (`commits/<batch>`); None otherwise (no checkpoint,
+    a remote one, or a batch planned but not finished: a restart would re-run it)."""
+    if not checkpoint or "://" in checkpoint:
+        return None
+    folder = Path(checkpoint)
+    batches = [int(p.name) for p in (folder / "offsets").glob("[0-9]*") if p.name.isdigit()]
+    if not batches:
+        return None
+    newest = max(batches)
+    if not (folder / "commits" / str(newest)).exists():
+        return None
+    sources = [line for line in (folder / "offsets" / str(newest)).read_text().splitlines()[2:]
+               if line.strip()]
+    if len(sources) != 1:
+        return None
+    try:
+        value = json.loads(sources[0])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -20,7 +20,7 @@ from infra.clients import kafka_admin, kafka_config
 from infra.stack import Stack
 from lakehouse.storage import storage_options
 from settings import Settings
-from spark_streaming.bronze import bronze_table_name, plan, run_available_now
+from spark_streaming.bronze import bronze_table_name, caught_up, plan, run_available_now
 from tests.conftest import PROJECT_DIR, TEST_PROFILE
 
 
@@ -137,3 +137,31 @@ def test_crash_after_delta_commit_before_spark_commit_is_not_duplicated(
     assert _table(settings, topic).version() == version_before
     counts = pc.value_counts(_rows(settings, topic)["partition"]).to_pylist()
     assert sum(c["counts"] for c in counts) == len(values)
+
+
+def test_caught_up_only_when_the_next_round_would_read_nothing(
+    stack: Stack, settings: Settings, spark: SparkSession
+) -> None:
+    """The check that replaces an empty availableNow round: true after a full catch-up,
+    false when records arrived, and false after a crash left the newest batch
+    uncommitted (that round must run)."""
+    topic, values = _topic_with_records(settings, 900)
+    spec = plan(settings, [topic])[0]
+    assert not caught_up(settings, spec), "no checkpoint yet"
+    rounds: list[dict[str, float]] = []
+    assert run_available_now(spark, settings, [topic], lambda _m: None, rounds=rounds) == {
+        spec.table: 900}
+    assert [r["rows"] for r in rounds] == [900], "one round, no empty second round"
+    assert caught_up(settings, spec)
+    producer = Producer(kafka_config(settings))
+    producer.produce(topic, key=b"late", value=b'{"late": true}')
+    assert producer.flush(30) == 0
+    assert not caught_up(settings, spec), "a new record is pending"
+    run_available_now(spark, settings, [topic], lambda _m: None)
+    assert caught_up(settings, spec)
+    commits = sorted(Path(spec.checkpoint, "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    commits[-1].unlink()
+    commits[-1].with_name(f".{commits[-1].name}.crc").unlink(missing_ok=True)
+    assert not caught_up(settings, spec), "an uncommitted batch must be re-run"
+    run_available_now(spark, settings, [topic], lambda _m: None)
+    _assert_exactly_once(settings, topic, values | {b'{"late": true}'})

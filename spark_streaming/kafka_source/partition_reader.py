@@ -18,6 +18,8 @@ from pyspark.sql.datasource import InputPartition
 
 from spark_streaming.kafka_source.schema import ARROW_SCHEMA
 
+PARTITION_FETCH_BYTES = 16 * 2**20
+
 # Spark's Kafka source: -1 no timestamp, 0 CreateTime, 1 LogAppendTime.
 _TIMESTAMP_TYPES = {TIMESTAMP_CREATE_TIME: 0, TIMESTAMP_LOG_APPEND_TIME: 1}
 
@@ -105,6 +107,9 @@ def read_range(
     (transaction markers, compaction), so "end" is an upper bound, not a count.
     """
     consumer = Consumer({
+        # one partition per consumer: fetch more of it per round trip than the 1 MB default
+        # (the user's `kafka.max.partition.fetch.bytes` still wins)
+        "max.partition.fetch.bytes": PARTITION_FETCH_BYTES,
         **consumer_conf,
         "group.id": consumer_conf.get("group.id", "lakehouse-spark-reader"),
         "enable.auto.commit": False,
