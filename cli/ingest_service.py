@@ -177,6 +177,7 @@ def run_forever(spark: SparkSession, settings: Settings, options: IngestOptions,
     """Scrapers, traffic, and every layer's query until `stop` is set."""
     from spark_streaming.bronze import run_continuous
     from spark_streaming.gold import run_gold
+    from spark_streaming.session import activate_in_thread
     from spark_streaming.silver import run_silver
 
     threads: list[threading.Thread] = []
@@ -185,6 +186,7 @@ def run_forever(spark: SparkSession, settings: Settings, options: IngestOptions,
     def guarded(name: str, work: Callable[[], object]) -> None:
         def body() -> None:
             try:
+                activate_in_thread(spark)
                 work()
             except Exception as exc:  # one failed layer stops the whole service
                 errors.append(f"{name}: {exc}")

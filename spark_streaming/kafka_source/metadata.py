@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -9,7 +10,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from spark_streaming.kafka_source.options import KafkaSourceOptions, Offsets
 
 METADATA_TIMEOUT_S = 10.0
-PROBE_TIMEOUT_S = 5.0
+PROBE_TIMEOUT_S = 10.0
+
+log = logging.getLogger(__name__)
 
 
 class BrokerMetadata:
@@ -94,6 +97,10 @@ class BrokerMetadata:
         finally:
             self.consumer.unassign()
         if waiting:
-            raise RuntimeError(f"could not find the log end of {sorted(waiting)} within "
-                               f"{PROBE_TIMEOUT_S:.0f} s (endOffsetProbe)")
+            # The broker's own answer is a safe lower bound: this trigger reads up to it and
+            # a later one finds the tail. Failing the query here would stop ingestion on a
+            # slow fetch (seen on a loaded 2-core machine).
+            log.warning("endOffsetProbe: no end of partition for %s within %.0f s; using "
+                        "the broker's reported ends for this trigger", sorted(waiting),
+                        PROBE_TIMEOUT_S)
         return ends
