@@ -1,7 +1,7 @@
 """Mode cdc_merge: Debezium change events applied to a current-state table.
 
-Per key the batch's newest event (source LSN, then source commit time, then Kafka
-position) is merged; it replaces the row only when it is newer than the change the row
+Per key the batch's newest event (source LSN, then source commit time; the first delivered
+copy of it) is merged; it replaces the row only when it is newer than the change the row
 holds. So replays and out-of-order delivery converge on the state of the newest change.
 A delete keeps the row (its `before` image) with is_deleted = true: a late, older event
 then meets a row whose LSN is newer and is ignored, where a physically deleted row would
@@ -23,8 +23,10 @@ NEWER = ("s.source_lsn > t.source_lsn OR "
 
 def write(rows: DataFrame, key: list[str], table: TableDefinition, target: DeltaTarget,
           run_id: str, batch_id: int) -> int:
-    order = [F.col(c).desc() for c in ("source_lsn", "source_ts_ms", "kafka_partition",
-                                       "kafka_offset")]
+    # newest change first; among copies of one change the first delivered, as a replay
+    # applied in a later batch leaves it (an equal change is not newer)
+    order = [F.col("source_lsn").desc(), F.col("source_ts_ms").desc(),
+             F.col("kafka_partition"), F.col("kafka_offset")]
     newest = first_per_key(rows, key, order)
     data = target.conform(newest.toArrow())
     merger = target.merge(data, " AND ".join(f"t.`{c}` = s.`{c}`" for c in key),
