@@ -16,9 +16,10 @@ class PinnedViews(Mapping[str, str]):
     """silver table name -> a temporary view of the version being consumed.
 
     Every lookup registers a fresh read: Spark 4.1.4 caches a Python data source's planned
-    read (pushed filters, pruned files) on the relation a view holds and can hand it to a
-    later query with other filters (seen here: a join read the files and rows another
-    query's filters had selected). One relation per query avoids sharing plans at all.
+    read (pushed filters, pruned files) on the relation a view holds, and two scans of one
+    relation in one query with different filters share it (measured: a join of `k >= 5`
+    and `k <= 2` of one view returned nothing; here, statuses read with another scan's
+    filters). One relation per scan avoids sharing plans at all. `close` drops the views.
     """
 
     _serial = itertools.count()
@@ -27,6 +28,7 @@ class PinnedViews(Mapping[str, str]):
                  uris: Mapping[str, str]) -> None:
         self._spark, self._settings = spark, settings
         self._versions, self._uris = dict(versions), dict(uris)
+        self._registered: list[str] = []
 
     def __getitem__(self, source: str) -> str:
         name = f"gold_src_{source}_{next(self._serial)}"
@@ -35,7 +37,13 @@ class PinnedViews(Mapping[str, str]):
          .option("versionAsOf", str(self._versions[source]))
          .option("profile", self._settings.profile)
          .load().createOrReplaceTempView(name))
+        self._registered.append(name)
         return name
+
+    def close(self) -> None:
+        for name in self._registered:
+            self._spark.catalog.dropTempView(name)
+        self._registered.clear()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._versions)

@@ -73,24 +73,27 @@ def run_metric(spark: SparkSession, settings: Settings, metric: GoldMetric, rebu
     began = time.monotonic()
     views = PinnedViews(spark, settings, {p.table: p.current for p in progress},
                         {name: table_uri(settings, name) for name in silver})
-    transactions = [p.transaction() for p in progress]
-    changes = None
-    if not rebuild and all(p.replayable for p in progress):
-        changes = _register_changes(spark, metric, silver, progress, views)
+    try:
+        transactions = [p.transaction() for p in progress]
+        changes = None
+        if not rebuild and all(p.replayable for p in progress):
+            changes = _register_changes(spark, metric, silver, progress, views)
+            if changes is None:
+                report(f"{metric.table}: a silver change feed is no longer readable; rebuilding")
+        elif not rebuild:
+            report(f"{metric.table}: no consumed silver versions recorded; building in full")
         if changes is None:
-            report(f"{metric.table}: a silver change feed is no longer readable; rebuilding")
-    elif not rebuild:
-        report(f"{metric.table}: no consumed silver versions recorded; building in full")
-    if changes is None:
-        rows = metric.compute_all(spark, settings, views).toArrow()
-        replace_all(gold, rows, transactions)
-        mode = "rebuilt"
-    else:
-        frame, key_frame = metric.compute_changed(spark, settings, views, changes)
-        rows, keys = frame.toArrow(), key_frame.toArrow()
-        unique_key = load_definitions(tables=[metric.table])[0].unique_key
-        replace_keys(gold, rows, keys, unique_key, transactions)
-        mode = f"replaced {keys.num_rows} key(s)"
+            rows = metric.compute_all(spark, settings, views).toArrow()
+            replace_all(gold, rows, transactions)
+            mode = "rebuilt"
+        else:
+            frame, key_frame = metric.compute_changed(spark, settings, views, changes)
+            rows, keys = frame.toArrow(), key_frame.toArrow()
+            unique_key = load_definitions(tables=[metric.table])[0].unique_key
+            replace_keys(gold, rows, keys, unique_key, transactions)
+            mode = f"replaced {keys.num_rows} key(s)"
+    finally:
+        views.close()
     report(f"{metric.table}: {mode}, {rows.num_rows} row(s) written from "
            + ", ".join(f"{p.table} v{p.consumed if p.consumed is not None else '-'}"
                        f"->v{p.current}" for p in progress)

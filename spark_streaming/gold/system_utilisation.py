@@ -14,6 +14,8 @@ recomputed and hours without a row any more are deleted.
 
 from __future__ import annotations
 
+import itertools
+
 from pyspark.sql import DataFrame, SparkSession
 
 from settings import Settings
@@ -25,7 +27,9 @@ VEHICLES = "silver_vehicle_status"
 RENTALS = "silver_rentals"
 
 
-def _hourly_sql(stations: str, vehicles: str, rentals: str) -> str:
+def _hourly_sql(stations: str, station_days: str, vehicles: str, rentals: str) -> str:
+    """`stations` and `station_days` are two views of the same statuses (one relation per
+    scan, see PinnedViews)."""
     return f"""
 WITH per_station AS (
   SELECT system_id, station_id, date_trunc('HOUR', last_updated) AS hour_start,
@@ -45,7 +49,7 @@ vehicle_hours AS (
         FROM {vehicles} GROUP BY system_id, last_updated, date_trunc('HOUR', last_updated))
   GROUP BY system_id, hour_start
 ),
-station_days AS (SELECT DISTINCT system_id, station_id, status_date FROM {stations}),
+station_days AS (SELECT DISTINCT system_id, station_id, status_date FROM {station_days}),
 rental_hours AS (
   SELECT s.system_id, date_trunc('HOUR', r.started_at) AS hour_start, count(*) AS started
   FROM {rentals} r
@@ -75,7 +79,8 @@ LEFT JOIN rental_hours rh ON rh.system_id = h.system_id AND rh.hour_start = h.ho
 
 
 def compute_all(spark: SparkSession, _settings: Settings, views: Views) -> DataFrame:
-    return spark.sql(_hourly_sql(views[STATIONS], views[VEHICLES], views[RENTALS]))
+    return spark.sql(_hourly_sql(views[STATIONS], views[STATIONS], views[VEHICLES],
+                                 views[RENTALS]))
 
 
 def _date_list(spark: SparkSession, query: str) -> list[str]:
@@ -96,11 +101,14 @@ def compute_changed(spark: SparkSession, settings: Settings, views: Views,
     in_days = ", ".join(f"DATE '{day}'" for day in days)
     lo, hi = f"TIMESTAMP '{days[0]}'", f"TIMESTAMP '{days[-1]}' + INTERVAL 1 DAY"
 
+    serial = itertools.count()
+
     def scoped(source: str) -> str:
-        """A fresh view of `source` limited to the affected days (one per query)."""
+        """A fresh view of `source` limited to the affected days (one per scan); the names
+        repeat from run to run, so each run replaces the last one's views."""
         column = "started_at" if source == RENTALS else "last_updated"
         partition = "" if source == RENTALS else f"status_date IN ({in_days}) AND "
-        name = f"{views[source]}_days"
+        name = f"gold_util_days_{next(serial)}"
         spark.sql(f"SELECT * FROM {views[source]} WHERE {partition}{column} >= {lo} AND "
                   f"{column} < {hi} AND to_date({column}) IN ({in_days})"
                   ).createOrReplaceTempView(name)
@@ -121,7 +129,8 @@ def compute_changed(spark: SparkSession, settings: Settings, views: Views,
                                            INTERVAL 1 HOUR)) AS hour_start
         FROM gold_util_scope
     """)
-    rows = spark.sql(_hourly_sql(scoped(STATIONS), scoped(VEHICLES), scoped(RENTALS))).join(
+    rows = spark.sql(_hourly_sql(scoped(STATIONS), scoped(STATIONS), scoped(VEHICLES),
+                                 scoped(RENTALS))).join(
         keys, ["system_id", "hour_start"], "left_semi")
     return rows, keys
 
