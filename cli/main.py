@@ -233,10 +233,13 @@ def ingest(ctx: click.Context, until_caught_up: bool, interval: str,
     began = time.monotonic()
     try:
         service.prepare(settings, options, _say)
-        with contextlib.ExitStack() as resources, stop_on_signals() as stop:
+        with contextlib.ExitStack() as resources:
             service.start_simulator(settings, resources, _say)
             spark = build_spark_session(settings, app_name="lakehouse-ingest")
             resources.callback(spark.stop)
+            # After the session: pyspark installs its own SIGINT handler (cancel every job,
+            # raise KeyboardInterrupt) when the context starts; ours stops queries cleanly.
+            stop = resources.enter_context(stop_on_signals())
             if until_caught_up:
                 results = service.catch_up(spark, settings, options, _say)
                 for layer, tables in results.items():
@@ -244,7 +247,8 @@ def ingest(ctx: click.Context, until_caught_up: bool, interval: str,
                         _say(f"{layer}: {table}: {figures}")
                 _say(f"[green]ingest caught up[/green] in {time.monotonic() - began:.0f} s")
             else:
-                _say("ingest running; Ctrl-C stops every query after its current batch")
+                _say("ingest running; Ctrl-C stops every query (an interrupted micro-batch is "
+                     "redone exactly once on the next start)")
                 service.run_forever(spark, settings, options, _say, stop)
                 _say("ingest stopped cleanly")
     except service.IngestError as exc:
