@@ -32,12 +32,13 @@ TABLE = "gold_station_availability_15min"
 SOURCE = "silver_station_status"
 WINDOW = timedelta(minutes=15)
 CARRY_OVER = timedelta(hours=1)
-_W = "INTERVAL 15 MINUTES"
-_CARRY = "INTERVAL 1 HOUR"
+_SECONDS = int(WINDOW.total_seconds())
+_W = f"INTERVAL {_SECONDS} SECONDS"
+_CARRY = f"INTERVAL {int(CARRY_OVER.total_seconds())} SECONDS"
 
 
 def _window_of(column: str) -> str:
-    return f"timestamp_seconds(floor(unix_seconds({column}) / 900) * 900)"
+    return f"timestamp_seconds(floor(unix_seconds({column}) / {_SECONDS}) * {_SECONDS})"
 
 
 def _availability_sql(statuses: str) -> str:
@@ -89,13 +90,15 @@ def compute_changed(spark: SparkSession, _settings: Settings, views: Views,
     if bounds is None or bounds.lo is None:
         empty = spark.sql(_availability_sql(views[SOURCE])).limit(0)
         return empty, empty.select("system_id", "station_id", "window_start")
-    # literal bounds let the Delta source prune files; the joins then match exactly
+    # literal bounds let the Delta source prune partitions and files; joins match exactly
     lo, hi = literal_ts(bounds.lo), literal_ts(bounds.hi)
     materialize(spark, spark.sql(f"""
         SELECT c.system_id, c.station_id, c.last_updated AS t, min(s.last_updated) AS next_t
         FROM (SELECT DISTINCT system_id, station_id, last_updated FROM {changed}) c
         LEFT JOIN (SELECT system_id, station_id, last_updated FROM {views[SOURCE]}
-                   WHERE last_updated > {lo} AND last_updated < {hi} + {_CARRY} + {_W}) s
+                   WHERE last_updated > {lo} AND last_updated < {hi} + {_CARRY} + {_W}
+                     AND status_date >= to_date({lo})
+                     AND status_date <= to_date({hi} + {_CARRY} + {_W})) s
           ON s.system_id = c.system_id AND s.station_id = c.station_id
          AND s.last_updated > c.last_updated
         GROUP BY c.system_id, c.station_id, c.last_updated
@@ -111,6 +114,7 @@ def compute_changed(spark: SparkSession, _settings: Settings, views: Views,
     span = spark.sql(f"SELECT {bounds_of('window_start')} "
                      "FROM gold_availability_keys").first()
     assert span is not None
+    first, last = f"{literal_ts(span.lo)} - {_CARRY}", f"{literal_ts(span.hi)} + {_W}"
     spark.sql(f"""
         SELECT s.* FROM {views[SOURCE]} s
         JOIN (SELECT system_id, station_id, min(window_start) - {_CARRY} AS lo,
@@ -118,8 +122,8 @@ def compute_changed(spark: SparkSession, _settings: Settings, views: Views,
               FROM gold_availability_keys GROUP BY system_id, station_id) b
           ON s.system_id = b.system_id AND s.station_id = b.station_id
          AND s.last_updated >= b.lo AND s.last_updated < b.hi
-        WHERE s.last_updated >= {literal_ts(span.lo)} - {_CARRY}
-          AND s.last_updated < {literal_ts(span.hi)} + {_W}
+        WHERE s.last_updated >= {first} AND s.last_updated < {last}
+          AND s.status_date >= to_date({first}) AND s.status_date <= to_date({last})
     """).createOrReplaceTempView("gold_availability_statuses")
     rows = spark.sql(_availability_sql("gold_availability_statuses")).join(
         keys, ["system_id", "station_id", "window_start"], "left_semi")
