@@ -27,6 +27,10 @@ from spark_streaming.silver.routing import (
 from spark_streaming.silver.spec import PipelineSpec
 
 METRICS_TABLE = "quality_batch_metrics"
+# Figures run_silver reports per table: bronze rows read, rows that passed to the silver
+# write, rows quarantined, passed rows with a warning, tombstones skipped, silver rows
+# inserted/updated/deleted.
+TOTALS = ("read", "passed", "quarantined", "warned", "tombstones", "changed")
 
 
 @dataclass
@@ -45,6 +49,7 @@ class SilverPipeline:
         self.quarantine = DeltaTarget(self.settings, self.spec.quarantine)
         self.metrics = DeltaTarget(self.settings, METRICS_TABLE)
         self.rules = self.suite.row_rules
+        self.totals = {name: 0 for name in TOTALS} | self.totals
 
     def process(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
@@ -65,8 +70,8 @@ class SilverPipeline:
             self.metrics.append(self._metrics_rows(counts, batch_id), self.run_id, batch_id)
         finally:
             frame.unpersist()
-        for name in ("read", "passed", "quarantined", "warned", "tombstones", "changed"):
-            self.totals[name] = self.totals.get(name, 0) + counts.get(name, 0)
+        for name in TOTALS:
+            self.totals[name] += counts.get(name, 0)
 
     def _write_silver(self, spark: SparkSession, rows: DataFrame, batch_id: int) -> int:
         mode, target, run_id = self.spec.mode, self.silver, self.run_id

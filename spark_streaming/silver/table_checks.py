@@ -65,7 +65,12 @@ def run_table_checks(spark: SparkSession, settings: Settings, tables: list[str] 
     import great_expectations as gx
 
     ensure_tables(settings, [RESULTS_TABLE], report)
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
     context = gx.get_context(mode="file", project_root_dir=str(docs_folder(settings)))
+    # progress bars would interleave with the job's own progress lines
+    context.variables.progress_bars = ProgressBarsConfig(globally=False,
+                                                         metric_calculations=False)
     source = context.data_sources.add_or_update_spark(name="lakehouse")
     check_run = uuid.uuid4().hex[:12]
     checked_at = datetime.now(UTC)
