@@ -156,7 +156,7 @@ def catch_up(spark: SparkSession, settings: Settings, options: IngestOptions,
     """Read every source once and drain every layer; figures per table per layer."""
     from spark_streaming.bronze import run_available_now
     from spark_streaming.gold import run_gold
-    from spark_streaming.silver import run_silver
+    from spark_streaming.silver import run_silver, run_table_checks
 
     scrape_once(settings, report)
     if settings.embedded.enabled and "rentals" not in options.skip:
@@ -169,6 +169,11 @@ def catch_up(spark: SparkSession, settings: Settings, options: IngestOptions,
         results["bronze"].update(run_available_now(spark, settings, [topic], report))
     results["silver"] = dict(run_silver(spark, settings, available_now=True, report=report))
     results["gold"] = dict(run_gold(spark, settings, report=report))
+    checks = run_table_checks(spark, settings, report=report)
+    failed = [c for c in checks if not c.get("success", True)]
+    report(f"quality: {len(checks) - len(failed)} of {len(checks)} table-level expectations "
+           f"passed" + (f"; failed: {[c.get('expectation_type', c) for c in failed]}"
+                        if failed else ""))
     return results
 
 
