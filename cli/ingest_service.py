@@ -172,7 +172,7 @@ def catch_up(spark: SparkSession, settings: Settings, options: IngestOptions,
     checks = run_table_checks(spark, settings, report=report)
     failed = [c for c in checks if not c.get("success", True)]
     report(f"quality: {len(checks) - len(failed)} of {len(checks)} table-level expectations "
-           f"passed" + (f"; failed: {[c.get('expectation_type', c) for c in failed]}"
+           f"passed" + (f"; failed: {[c.get('rule') for c in failed]}"
                         if failed else ""))
     return results
 
