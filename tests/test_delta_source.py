@@ -23,7 +23,6 @@ from deltalake import DeltaTable
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.datasource import EqualTo, GreaterThan
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from lakehouse.storage import storage_options
@@ -36,6 +35,7 @@ from spark_streaming.delta_source import (
     scan_plan,
 )
 from spark_streaming.delta_source.filesystem import arrow_filesystem
+from spark_streaming.delta_source.scan import ScanPlan
 
 FORMAT = "lakehouse_delta"
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -121,7 +121,7 @@ def _round_trip(spark: SparkSession, settings: Settings, uri: str) -> None:
     for path, size in zip(actions.column("path").to_pylist(),
                           actions.column("size_bytes").to_pylist(), strict=True):
         assert filesystem.get_file_info(f"{root}/{unquote(path)}").size == size
-    pruned = scan_plan({"table": uri, "profile": "test"}, [EqualTo(("p",), "a")])
+    pruned = scan_plan({"table": uri, "profile": "test", "filters": '[["p", "=", "a"]]'})
     assert (len(pruned.files), pruned.files_skipped) == (2, 4)  # 2 tasks x 3 partitions
 
     _write(_sample(spark, 60, 30), uri)
@@ -158,36 +158,96 @@ def test_time_travel_by_version_and_timestamp(dspark: SparkSession, settings: Se
     assert ids == [(i,) for i in range(15)]
 
 
-def test_partition_pruning_and_filter_pushdown(dspark: SparkSession, tmp_path: Path) -> None:
+def test_pruning_by_the_filters_option(dspark: SparkSession, tmp_path: Path) -> None:
     uri = str(tmp_path / "pruned")
     # four appends with disjoint id ranges: 4 commits x 3 partitions = 12 files
     for start in (0, 100, 200, 300):
         _write(_sample(dspark, start, 30, partitions=1), uri, partitionBy="p")
     options = {"table": uri, "profile": "test"}
 
+    def planned(*triples: list) -> ScanPlan:
+        return scan_plan({**options, "filters": json.dumps(list(triples))})
+
     whole = scan_plan(options)
     assert (whole.files_total, whole.files_skipped) == (12, 0)
-    by_partition = scan_plan(options, [EqualTo(("p",), "b")])
+    by_partition = planned(["p", "=", "b"])
     assert (len(by_partition.files), by_partition.files_skipped) == (4, 8)
-    by_stats = scan_plan(options, [GreaterThan(("id",), 210)])  # min/max statistics
+    by_stats = planned(["id", ">", 210])  # min/max statistics
     assert (len(by_stats.files), by_stats.files_skipped) == (6, 6)
-    both = scan_plan(options, [EqualTo(("p",), "b"), GreaterThan(("id",), 210)])
-    assert len(both.files) == 2
+    assert len(planned(["p", "=", "b"], ["id", ">", 210]).files) == 2
+    assert len(planned(["day", "<", "2024-03-01"]).files) == 0  # typed from JSON text
 
     # Through Spark: one input partition per file read, and exactly the matching rows.
-    df = _read(dspark, uri, filesPerPartition="1").where("p = 'b' AND id > 210")
+    both = json.dumps([["p", "=", "b"], ["id", ">", 210]])
+    df = _read(dspark, uri, filesPerPartition="1", filters=both)
     assert df.rdd.getNumPartitions() == 2
     expected = [i for start in (200, 300) for i in range(start, start + 30)
                 if i % 3 == 1 and i > 210]
     assert [r.id for r in df.select("id").orderBy("id").collect()] == expected
-    # a filter the source leaves to Spark (OR) still returns the right rows
+    # where() on top of the option: Spark applies it, the option still holds
+    assert _rows(df.where("id < 305").select("id")) == [(i,) for i in expected if i < 305]
+    # pushed filters prune nothing (reader.py) but return exactly the matching rows
+    df = _read(dspark, uri, filesPerPartition="1").where("p = 'b' AND id > 210")
+    assert df.rdd.getNumPartitions() == 12
+    assert [r.id for r in df.select("id").orderBy("id").collect()] == expected
     df = _read(dspark, uri).where("id = 5 OR name = 'n301'")
     assert _rows(df.select("id")) == [(5,), (301,)]
-    # NULL semantics of pushed NOT / <=>: NULL names excluded, as Spark does
+    # NULL semantics of != / NOT IN in the option: NULL names excluded, as Spark does
+    df = _read(dspark, uri, filters='[["name", "!=", "n1"], ["id", "<", 20]]')
+    assert _rows(df.select("id")) == [(i,) for i in range(20) if i not in (1, 7, 17)]
+    df = _read(dspark, uri, filters='[["name", "not in", ["n1", "n2"]], ["id", "<", 20]]')
+    assert _rows(df.select("id")) == [(i,) for i in range(20) if i not in (1, 2, 7, 17)]
     df = _read(dspark, uri).where("NOT (name <=> 'n1') AND id < 20")
     assert _rows(df.select("id")) == [(i,) for i in range(20) if i != 1]
-    df = _read(dspark, uri).where("name NOT IN ('n1', 'n2') AND id < 20")
-    assert _rows(df.select("id")) == [(i,) for i in range(20) if i not in (1, 2, 7, 17)]
+
+    with pytest.raises(DeltaOptionError, match="no column 'nope'"):
+        planned(["nope", "=", 1])
+    with pytest.raises(DeltaOptionError, match="cannot be evaluated exactly on a double"):
+        planned(["amount", ">", 1])  # NaN ordering differs between Spark and pyarrow
+    with pytest.raises(DeltaOptionError, match="filters"):
+        planned(["id", "=", "not a number"])
+
+
+def test_scans_of_one_relation_with_different_filters_in_one_query(
+        dspark: SparkSession, tmp_path: Path) -> None:
+    # Spark 4.1.4 gives every scan of one DataFrame or view in a query the provider's last
+    # planned read; each scan must still see exactly its own rows.
+    uri = str(tmp_path / "shared")
+    _write(_sample(dspark, 0, 15), uri, partitionBy="p")
+    _write(_sample(dspark, 15, 15), uri)  # ids 0..29, p = a, b, c for id % 3 = 0, 1, 2
+    view = register_table_view(dspark, "delta_shared_view", uri, profile="test")
+
+    def sql_rows(query: str) -> list[tuple]:
+        return _rows(dspark.sql(query.format(v=view)))
+
+    assert sql_rows("SELECT x.id, y.id FROM (SELECT id FROM {v} WHERE id >= 25) x "
+                    "JOIN (SELECT id FROM {v} WHERE id <= 4) y ON x.id = y.id + 25"
+                    ) == [(25 + i, i) for i in range(5)]
+    assert sql_rows("SELECT id FROM {v} WHERE p = 'a' AND id < 10 UNION ALL "
+                    "SELECT id FROM {v} WHERE p = 'b' AND id < 10"
+                    ) == [(i,) for i in (0, 1, 3, 4, 6, 7, 9)]
+    assert sql_rows("SELECT (SELECT count(*) FROM {v} WHERE id >= 25), "
+                    "(SELECT count(*) FROM {v} WHERE p = 'c'), (SELECT count(*) FROM {v})"
+                    ) == [(5, 10, 30)]
+    # an unfiltered scan does not even plan: it reads the filtered scan's plan
+    assert sql_rows("SELECT count(*) FROM {v} UNION ALL SELECT count(*) FROM {v} "
+                    "WHERE id < 3") == [(3,), (30,)]
+    assert sql_rows("WITH t AS (SELECT * FROM {v}) SELECT a.id, b.id FROM t a "
+                    "JOIN t b ON a.id = b.id - 1 WHERE a.id < 2 AND b.p = 'c'") == [(1, 2)]
+
+    df = _read(dspark, uri)
+    assert _rows(df.where("id >= 27").union(df.where("id < 2")).select("id")) == [
+        (0,), (1,), (27,), (28,), (29,)]
+    assert _rows(df.groupBy().count().union(df.where("p = 'a'").groupBy().count())) == [
+        (10,), (30,)]
+
+    # the filters option holds for every scan of the relation, whatever is pushed
+    restricted = register_table_view(dspark, "delta_shared_ab", uri, profile="test",
+                                     filters=[("p", "in", ["a", "b"])])
+    assert _rows(dspark.sql(
+        f"SELECT count(*) FROM {restricted} WHERE id < 6 UNION ALL "
+        f"SELECT count(*) FROM {restricted} UNION ALL "
+        f"SELECT count(*) FROM {restricted} WHERE p = 'c'")) == [(0,), (4,), (20,)]
 
 
 def test_reused_plans_are_neither_filtered_nor_stale(dspark: SparkSession,
@@ -361,6 +421,13 @@ def test_option_errors(tmp_path: Path) -> None:
         DeltaOptions.parse({})
     with pytest.raises(DeltaOptionError, match="swallows"):
         DeltaOptions.parse({"path": "/x"})
+    with pytest.raises(DeltaOptionError, match=r"option filters: expected .* not JSON"):
+        DeltaOptions.parse({"table": "/x", "filters": "p = 'a'"})
+    with pytest.raises(DeltaOptionError, match=r"triples, e\.g\."):
+        DeltaOptions.parse({"table": "/x", "filters": '[["p", "="]]'})
+    with pytest.raises(DeltaOptionError, match="filters are for reads"):
+        DeltaLakeDataSource({"table": "/x", "filters": '[["p", "=", "a"]]'}).writer(
+            schema, False)
     parsed = DeltaOptions.parse({"table": "s3a://b/t/", "delta.appendonly": "true",
                                  "partitionby": "a, b"})
     assert parsed.table_uri == "s3://b/t" and parsed.partition_by == ("a", "b")

@@ -6,7 +6,7 @@ data source reads and writes Delta; the name differs from `delta` so both can co
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -14,12 +14,16 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
-    Filter,
 )
 from pyspark.sql.types import StructType
 
 from spark_streaming.delta_source.batch_writer import DeltaBatchWriter
-from spark_streaming.delta_source.options import TXN_APP_ID, DeltaOptionError, DeltaOptions
+from spark_streaming.delta_source.options import (
+    FILTERS,
+    TXN_APP_ID,
+    DeltaOptionError,
+    DeltaOptions,
+)
 from spark_streaming.delta_source.reader import DeltaReader
 from spark_streaming.delta_source.scan import ScanPlan
 from spark_streaming.delta_source.schema import check_readable, table_arrow_schema, to_spark
@@ -32,7 +36,8 @@ from spark_streaming.delta_source.write_target import prepare_write
 class DeltaLakeDataSource(DataSource):
     """Options: `table` (local path or s3://bucket/prefix/name; required), `profile`
     (config profile for storage options; default LAKEHOUSE_PROFILE), reads: `versionAsOf`,
-    `timestampAsOf`, `filesPerPartition`, `maxPartitionBytes`, `scanRegistryDir` (shared
+    `timestampAsOf`, `filters` (JSON [column, operator, value] triples: the only pruning,
+    see reader.py), `filesPerPartition`, `maxPartitionBytes`, `scanRegistryDir` (shared
     folder on multi-host clusters, see scan_registry); streaming reads (readStream; offsets
     are table versions in the query's checkpoint, each batch reads the files commits
     added): `startingVersion` (a version or `latest`; default the whole table),
@@ -64,13 +69,16 @@ class DeltaLakeDataSource(DataSource):
         if options.time_travel:
             raise DeltaOptionError("versionAsOf/timestampAsOf are for batch reads; a stream "
                                    "starts at startingVersion")
+        if options.filters:
+            raise DeltaOptionError(f"option {FILTERS} is for batch reads; filter a stream "
+                                   "with where()")
         return DeltaStreamReader(options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         options = self._options()
-        if options.time_travel:
-            raise DeltaOptionError("versionAsOf/timestampAsOf are for reads; a write always "
-                                   "goes to the latest version")
+        if options.time_travel or options.filters:
+            raise DeltaOptionError(f"versionAsOf/timestampAsOf/{FILTERS} are for reads; a "
+                                   "write always goes to the whole latest version")
         return DeltaBatchWriter(prepare_write(options, schema, overwrite))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
@@ -83,11 +91,10 @@ class DeltaLakeDataSource(DataSource):
         return DeltaStreamWriter(prepare_write(options, schema, overwrite), options.txn_app_id)
 
 
-def scan_plan(options: Mapping[str, str], filters: Sequence[Filter] = ()) -> ScanPlan:
-    """The scan a read with `options` and `filters` would make, planned exactly as Spark's
-    planner does it (for tests and notebooks: how many files pruning skips)."""
+def scan_plan(options: Mapping[str, str]) -> ScanPlan:
+    """The scan a read with `options` makes, planned exactly as Spark's planner does it
+    (for tests and notebooks: how many files the `filters` option skips)."""
     source = DeltaLakeDataSource(dict(options))
     reader = source.reader(source.schema())
     assert isinstance(reader, DeltaReader)
-    list(reader.pushFilters(list(filters)))
     return reader.plan()

@@ -1,16 +1,19 @@
-"""Spark's pushed filters, translated twice: to delta-rs file pruning and to pyarrow row
-expressions.
+"""Read filters (Spark's `Filter` classes), translated twice: to delta-rs file pruning and
+to pyarrow row expressions.
 
 Pruning (delta-rs `file_uris(file_pruning_predicate=...)`, partition values and min/max
-statistics) only drops files that cannot match, so the reader also filters rows exactly;
-that is what lets `pushFilters` tell Spark a filter is fully handled. A filter is accepted
-only where pyarrow and Spark agree on NULL semantics; floating-point columns are left to
-Spark because Spark orders NaN above every number and pyarrow does not.
+statistics) only drops files that cannot match, so the reader also filters rows exactly. A
+filter is accepted only where pyarrow and Spark agree on NULL semantics; floating-point
+columns are refused because Spark orders NaN above every number and pyarrow does not.
+
+Filters come from the `filters` read option (`from_triples`), never from Spark's pushdown:
+see reader.py for why a pushed filter cannot be trusted to belong to the scan that reads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -150,18 +153,8 @@ def pruning_predicate(flt: Filter) -> Pruning | None:
     return None
 
 
-def split_supported(filters: Sequence[Filter], schema: pa.Schema
-                    ) -> tuple[list[Filter], list[Filter]]:
-    """(filters this source evaluates exactly, filters Spark must still evaluate)."""
-    accepted: list[Filter] = []
-    rejected: list[Filter] = []
-    for flt in filters:
-        (accepted if row_expression(flt, schema) is not None else rejected).append(flt)
-    return accepted, rejected
-
-
 def conjunction(filters: Sequence[Filter], schema: pa.Schema) -> pc.Expression | None:
-    """AND of the row expressions of `filters` (all accepted by `split_supported`)."""
+    """AND of the row expressions of `filters` (all built by `from_triples`)."""
     expression: pc.Expression | None = None
     for flt in filters:
         part = row_expression(flt, schema)
@@ -169,3 +162,50 @@ def conjunction(filters: Sequence[Filter], schema: pa.Schema) -> pc.Expression |
             raise ValueError(f"filter {flt!r} was not accepted for pushdown")
         expression = part if expression is None else expression & part
     return expression
+
+
+_TRIPLE_COMPARISONS: dict[str, type] = {
+    "=": EqualTo, ">": GreaterThan, ">=": GreaterThanOrEqual, "<": LessThan, "<=": LessThanOrEqual,
+}
+TRIPLE_OPERATORS = (*_TRIPLE_COMPARISONS, "!=", "in", "not in")
+
+
+def _typed(value: Any, dtype: pa.DataType) -> Any:
+    """`value` (from JSON) as a Python value of the column type: "2024-03-01" for a date."""
+    if pa.types.is_decimal(dtype) and isinstance(value, int | float | str):
+        value = Decimal(str(value))
+    scalar = pa.scalar(value)
+    return (scalar if scalar.type == dtype else scalar.cast(dtype)).as_py()
+
+
+def _triple_filter(column: str, operator: str, value: Any, dtype: pa.DataType) -> Filter:
+    if operator in ("in", "not in"):
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"{operator!r} takes a list of values")
+        listed = In((column,), tuple(_typed(v, dtype) for v in value))
+        return Not(listed) if operator == "not in" else listed
+    if operator == "!=":
+        return Not(EqualTo((column,), _typed(value, dtype)))
+    if operator not in _TRIPLE_COMPARISONS:
+        raise ValueError(f"operator {operator!r} (known: {', '.join(TRIPLE_OPERATORS)})")
+    return _TRIPLE_COMPARISONS[operator]((column,), _typed(value, dtype))
+
+
+def from_triples(triples: Sequence[tuple[str, str, Any]], schema: pa.Schema) -> list[Filter]:
+    """Filters for (column, operator, value) triples (delta-rs's `filters` shape, ANDed);
+    ValueError naming the triple when one cannot be evaluated exactly."""
+    filters: list[Filter] = []
+    for column, operator, value in triples:
+        triple = [column, operator, value]
+        if column not in schema.names:
+            raise ValueError(f"{triple}: no column {column!r} (columns: "
+                             f"{', '.join(schema.names)})")
+        dtype = schema.field(column).type
+        try:
+            flt = _triple_filter(column, operator, value, dtype)
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise ValueError(f"{triple}: {exc}") from exc
+        if row_expression(flt, schema) is None:
+            raise ValueError(f"{triple}: cannot be evaluated exactly on a {dtype} column")
+        filters.append(flt)
+    return filters

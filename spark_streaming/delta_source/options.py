@@ -6,10 +6,12 @@ up case-insensitively and Delta table properties are mapped back to their canoni
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 TABLE = "table"
 PROFILE = "profile"
@@ -20,6 +22,7 @@ TXN_APP_ID = "txnAppId"
 FILES_PER_PARTITION = "filesPerPartition"
 MAX_PARTITION_BYTES = "maxPartitionBytes"
 SCAN_REGISTRY_DIR = "scanRegistryDir"
+FILTERS = "filters"
 STARTING_VERSION = "startingVersion"
 MAX_FILES_PER_TRIGGER = "maxFilesPerTrigger"
 MAX_VERSIONS_PER_TRIGGER = "maxVersionsPerTrigger"
@@ -104,6 +107,26 @@ def _starting_version(lowered: Mapping[str, str]) -> int | str | None:
     return _positive_int(lowered, STARTING_VERSION)
 
 
+def _filters(lowered: Mapping[str, str]) -> tuple[tuple[str, str, Any], ...]:
+    """The `filters` option: a JSON list of [column, operator, value] triples (ANDed)."""
+    raw = lowered.get(FILTERS)
+    if raw is None:
+        return ()
+    shape = ('a JSON list of [column, operator, value] triples, e.g. '
+             '[["day", ">=", "2024-03-01"], ["p", "in", ["a", "b"]]]')
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise DeltaOptionError(f"option {FILTERS}: expected {shape}; not JSON: {exc}") from exc
+    if not isinstance(parsed, list) or not all(
+            isinstance(t, list) and len(t) == 3 and isinstance(t[0], str)
+            and isinstance(t[1], str) for t in parsed):
+        raise DeltaOptionError(f"option {FILTERS}: expected {shape}, got {raw!r}")
+    return tuple((column, operator.strip().lower(),
+                  tuple(value) if isinstance(value, list) else value)
+                 for column, operator, value in parsed)
+
+
 def parse_timestamp(raw: str, name: str = TIMESTAMP_AS_OF) -> datetime:
     """ISO-8601 / Spark-style timestamp; without a zone it is UTC (the session time zone)."""
     text = raw.strip().replace(" ", "T", 1)
@@ -128,6 +151,8 @@ class DeltaOptions:
     files_per_partition: int | None = None
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
     scan_registry_dir: str | None = None
+    # batch reads: (column, operator, value) triples restricting the relation (reader.py)
+    filters: tuple[tuple[str, str, Any], ...] = ()
     # streaming reads
     starting_version: int | str | None = None  # a version, "latest" or None (whole table)
     max_files_per_trigger: int | None = None
@@ -174,6 +199,7 @@ class DeltaOptions:
             files_per_partition=_positive_int(lowered, FILES_PER_PARTITION),
             max_partition_bytes=max_bytes or DEFAULT_MAX_PARTITION_BYTES,
             scan_registry_dir=lowered.get(SCAN_REGISTRY_DIR.lower()) or None,
+            filters=_filters(lowered),
             starting_version=_starting_version(lowered),
             max_files_per_trigger=_positive_int(lowered, MAX_FILES_PER_TRIGGER),
             max_versions_per_trigger=_positive_int(lowered, MAX_VERSIONS_PER_TRIGGER),
