@@ -1,15 +1,17 @@
-"""Detect a scan plan that Spark reuses for another query, so it is not read wrongly.
+"""Detect a scan plan that Spark reuses for another query, so it is not read stale.
 
 Spark 4.1.4 caches a Python data source's planned read (the pickled reader and its
 partitions) on the provider object that a DataFrame or a temporary view holds
-(`PythonDataSourceV2.readInfo`): a query that pushes no filter reuses whatever the last
-planning of that provider produced, including another query's pushed filters and pruned
-files (measured: `df.where("p = 'b'").count()` then `df.count()` returned the filtered
-count; a view never saw rows inserted after its first read). A Python source cannot tell
-from inside `read()` which query planned it, but tasks do know the SQL execution they run
-for. The first execution to read a plan owns it; any other execution reading it is a reuse
-by a query that pushed nothing, so the reader must re-plan without filters. Executions of
-one query agree on the snapshot to re-plan through the same registry.
+(`PythonDataSourceV2.readInfo`, set by each filter pushdown, else planned once): a query
+that pushes no filter reuses whatever the last planning of that provider produced
+(measured: a view never saw rows inserted after its first read; before reader.py stopped
+pruning by pushed filters, `df.where("p = 'b'").count()` then `df.count()` also returned
+the filtered count). Within one query every scan of the provider reads the same plan,
+which is why reader.py never prunes by pushed filters. A Python source cannot tell from
+inside `read()` which query planned it, but tasks do know the SQL execution they run for.
+The first execution to read a plan owns it; any other execution reading it is a reuse, so
+the reader re-plans the latest snapshot. Executions of one query agree on the snapshot to
+re-plan through the same registry.
 
 The registry is a folder of small files, created atomically (link), on the executor's
 local disk by default: right for local Spark (the embedded profile). On a multi-host
