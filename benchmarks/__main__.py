@@ -12,11 +12,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import bronze, stack
+from benchmarks import bronze, freshness, silver, stack
 from benchmarks.machine import write_result
 from settings import load_settings
 
-BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {"stack": stack.run, "bronze": bronze.run}
+BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
+    "stack": stack.run, "bronze": bronze.run, "freshness": freshness.run, "silver": silver.run}
 
 
 def main(argv: list[str] | None = None) -> int:

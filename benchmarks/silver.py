@@ -1,0 +1,117 @@
+"""Silver throughput: station_status events caught up Kafka -> bronze (the bronze job,
+availableNow), then bronze -> silver_station_status (the silver job, availableNow: parse,
+expectations, dedupe MERGE), in one SparkSession; events/s of each and their ratio.
+
+Every event has its own (station_id, last_updated), so silver keeps all of them and both
+stages handle the same row count. The bronze stage runs first in a fresh JVM (it carries
+the JIT warm-up); the silver stage runs in the warmed one. Needs the embedded stack (the
+`test` profile's ports; started and stopped here).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from confluent_kafka import Producer
+
+from benchmarks.bronze import TreeSampler
+from benchmarks.machine import machine_info
+from benchmarks.station_status import (
+    PROFILE,
+    SILVER_TABLE,
+    Statuses,
+    create_tables,
+    reset_topic,
+    run_lake,
+    running_stack,
+)
+from infra.clients import kafka_config
+from settings import Settings, load_settings
+from spark_streaming.bronze import bronze_table_name, run_available_now
+from spark_streaming.session import build_spark_session
+from spark_streaming.silver import run_silver
+
+EVENTS = int(os.environ.get("BENCH_SILVER_EVENTS", "1000000"))
+STATIONS = 500
+PARTITIONS = 6
+
+
+def produce(settings: Settings, name: str, report: Any) -> float:
+    statuses = Statuses(STATIONS, EVENTS)
+    producer = Producer({**kafka_config(settings), "linger.ms": 50, "batch.size": 1_000_000,
+                         "compression.type": "lz4", "queue.buffering.max.messages": 500_000})
+    began = time.monotonic()
+    for i in range(EVENTS):
+        key, value, headers = statuses.message(i)
+        while True:
+            try:
+                producer.produce(name, key=key, value=value, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if i % 100_000 == 0:
+            producer.poll(0)
+            report(f"produced {i:,}")
+    if producer.flush(120):
+        raise RuntimeError("producer could not deliver every message within 120 s")
+    return time.monotonic() - began
+
+
+def run(report: Any = print) -> dict[str, Any]:
+    settings = load_settings(PROFILE)
+    with running_stack():
+        lake = run_lake(settings, "silver")
+        name = reset_topic(settings, PARTITIONS, report)
+        create_tables(lake)
+        report(f"producing {EVENTS:,} station_status events ({STATIONS} stations, "
+               f"{PARTITIONS} partitions)")
+        produce_s = produce(settings, name, report)
+        rounds: list[dict[str, float]] = []
+        with TreeSampler() as sampler:
+            began = time.monotonic()
+            spark = build_spark_session(settings, app_name="bench-silver")
+            session_s = time.monotonic() - began
+            load_before = round(os.getloadavg()[0], 2)
+            cpu = sampler.cpu_seconds
+            began = time.monotonic()
+            bronze = run_available_now(spark, lake, [name], report, rounds=rounds)
+            bronze_s = time.monotonic() - began
+            time.sleep(0.6)  # one more sample of the workers' CPU
+            bronze_cpu_s, cpu = sampler.cpu_seconds - cpu, sampler.cpu_seconds
+            report(f"bronze: {EVENTS / bronze_s:,.0f} events/s; silver catch-up")
+            began = time.monotonic()
+            silver = run_silver(spark, lake, [SILVER_TABLE], available_now=True, report=report)
+            silver_s = time.monotonic() - began
+            time.sleep(0.6)
+            silver_cpu_s = sampler.cpu_seconds - cpu
+            spark.stop()
+    bronze_rows = bronze[bronze_table_name(name)]
+    counts = silver[SILVER_TABLE]
+    if bronze_rows != EVENTS or counts.get("read", 0) != EVENTS:
+        raise RuntimeError(f"expected {EVENTS} rows in each stage: bronze read {bronze_rows}, "
+                           f"silver counts {counts}")
+    bronze_eps, silver_eps = EVENTS / bronze_s, EVENTS / silver_s
+    report(f"silver: {silver_eps:,.0f} events/s, ratio {silver_eps / bronze_eps:.2f}")
+    return {
+        "benchmark": "silver",
+        "machine": machine_info(),
+        "events": EVENTS,
+        "stations": STATIONS,
+        "partitions": PARTITIONS,
+        "produce_s": round(produce_s, 1),
+        "spark_session_start_s": round(session_s, 1),
+        "bronze_s": round(bronze_s, 1),
+        "silver_s": round(silver_s, 1),
+        "bronze_eps": round(bronze_eps),
+        "silver_eps": round(silver_eps),
+        "ratio_silver_to_bronze": round(silver_eps / bronze_eps, 2),
+        "silver_counts": counts,
+        "bronze_rounds": rounds,
+        # CPU seconds over all cores (driver, JVM, Python workers; broker and S3 excluded)
+        "bronze_cpu_s": round(bronze_cpu_s, 1),
+        "silver_cpu_s": round(silver_cpu_s, 1),
+        "load_avg_1m_before": load_before,
+        "peak_rss_mb": round(sampler.peak / 2**20),
+    }

@@ -1,0 +1,133 @@
+"""What the station-status benchmarks (freshness, silver) share: the stack, a per-run lake,
+the topic, and station_status messages that follow the connectors' message contract.
+
+The topic is the real `bikes.station_status` (the silver pipeline reads
+`bronze_bikes_station_status`, named after it), emptied at the start of a run by deleting
+and re-creating it, so a new bronze checkpoint reading from `earliest` sees this run's
+events only. Tables and checkpoints live under a per-run prefix and folder.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import NewTopic
+
+from infra.clients import kafka_admin
+from settings import Settings
+from spark_streaming.kafka_source.metadata import BrokerMetadata
+from spark_streaming.kafka_source.options import KafkaSourceOptions
+from spark_streaming.silver.batch import METRICS_TABLE
+from spark_streaming.silver.job import ensure_tables
+
+PROFILE = "test"
+SILVER_TABLE = "silver_station_status"
+TABLES = ["bronze_bikes_station_status", SILVER_TABLE, "quarantine_station_status",
+          METRICS_TABLE]
+
+
+def topic(settings: Settings) -> str:
+    return f"{settings.kafka.topic_prefix}station_status"
+
+
+@contextmanager
+def running_stack() -> Iterator[None]:
+    """`lakehouse up` on the test profile (the caller's env may move its ports), `down` after."""
+    cli = [sys.executable, "-m", "cli.main", "--profile", PROFILE]
+    subprocess.run([*cli, "up"], check=True, capture_output=True)
+    try:
+        yield
+    finally:
+        subprocess.run([*cli, "down"], check=False, capture_output=True)
+
+
+def run_lake(settings: Settings, benchmark: str) -> Settings:
+    """Settings whose tables and checkpoints belong to this run only."""
+    run = f"{benchmark}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    lakehouse = settings.lakehouse.model_copy(update={
+        "tables_prefix": f"bench/{run}",
+        "checkpoint_dir": str(settings.state_path / "bench" / "checkpoints" / run)})
+    return settings.model_copy(update={"lakehouse": lakehouse})
+
+
+def create_tables(lake: Settings) -> None:
+    """Bronze, silver, quarantine and metrics tables, before anything is timed."""
+    ensure_tables(lake, TABLES, lambda _msg: None)
+
+
+def reset_topic(settings: Settings, partitions: int, report: Any) -> str:
+    """Delete and re-create the station_status topic; fail if anything is left in it."""
+    name = topic(settings)
+    admin = kafka_admin(settings)
+    if name in admin.list_topics(timeout=10).topics:
+        report(f"deleting topic {name} (left by an earlier run)")
+        admin.delete_topics([name])[name].result(timeout=30)
+        deadline = time.monotonic() + 60
+        while name in admin.list_topics(timeout=10).topics:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {name} still listed 60 s after its deletion")
+            time.sleep(0.5)
+    for attempt in range(20):
+        try:
+            admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+            break
+        except KafkaException:
+            if attempt == 19:
+                raise
+            time.sleep(0.5)
+    left = _records_in(settings, name)
+    if left:
+        raise RuntimeError(f"topic {name} re-created but still holds {left} records")
+    return name
+
+
+def _records_in(settings: Settings, name: str) -> int:
+    options = KafkaSourceOptions.parse({
+        "kafka.bootstrap.servers": settings.kafka.bootstrap_servers, "subscribe": name,
+        "endOffsetProbe": str(settings.kafka.end_offset_probe).lower()})
+    broker = BrokerMetadata(options)
+    try:
+        starts, ends = broker.watermarks(broker.partitions())
+    finally:
+        broker.close()
+    return sum(end - starts[name][p] for p, end in ends[name].items())
+
+
+class Statuses:
+    """station_status messages of `stations` stations: message i is station i % stations
+    at snapshot i // stations, one second after the previous snapshot, so every message has
+    its own (station_id, last_updated) and silver keeps all of them. Snapshots end at
+    `first_updated + events // stations` seconds: start them that far in the past."""
+
+    def __init__(self, stations: int, events: int) -> None:
+        self.stations = stations
+        self.first_updated = int(time.time()) - events // stations - 60
+
+    def key(self, i: int) -> tuple[str, int]:
+        return f"station-{i % self.stations:04d}", self.first_updated + i // self.stations
+
+    def message(self, i: int) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+        """(key, value, headers) as the GBFS scraper produces them."""
+        station_id, updated = self.key(i)
+        value = {
+            "system_id": "bench", "station_id": station_id,
+            "num_bikes_available": i % 23, "num_docks_available": 23 - i % 23,
+            "num_bikes_disabled": i % 3, "num_docks_disabled": None,
+            "is_installed": True, "is_renting": True, "is_returning": i % 17 != 0,
+            "last_reported": updated - i % 50, "last_updated": updated,
+            "gbfs_version": "3.0",
+        }
+        headers = [("source", b"benchmark"), ("feed", b"station_status"),
+                   ("last_updated", str(updated).encode()),
+                   ("fetched_at", time.strftime("%Y-%m-%dT%H:%M:%S.000Z",
+                                                time.gmtime(updated)).encode())]
+        return station_id.encode(), json.dumps(value).encode(), headers
+
