@@ -17,8 +17,10 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow as pa
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
@@ -56,6 +58,11 @@ POLL_S = 0.25
 Key = tuple[str, int]
 
 
+def _epoch(moment: datetime) -> float:
+    """Seconds since the epoch; delta-rs gives the commit timestamp without a zone (UTC)."""
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
 class SilverVisibility:
     """When each (station_id, last_updated) became visible in silver: the commit time of
     the version that inserted it, and the poll time at which it was first seen."""
@@ -81,14 +88,12 @@ class SilverVisibility:
         reader = self._table.load_cdf(starting_version=self.version + 1,
                                       ending_version=latest)
         polled = time.time()
-        for batch in reader:
-            rows = batch.select(["station_id", "last_updated", "_change_type",
-                                 "_commit_timestamp"]).to_pylist()
-            for row in rows:
-                if row["_change_type"] != "insert":
-                    continue
-                key = (row["station_id"], int(row["last_updated"].timestamp()))
-                self.seen.setdefault(key, (row["_commit_timestamp"].timestamp(), polled))
+        changes = pa.RecordBatchReader.from_stream(reader).read_all()
+        for row in changes.select(["station_id", "last_updated", "_change_type",
+                                   "_commit_timestamp"]).to_pylist():
+            if row["_change_type"] == "insert":
+                key = (row["station_id"], int(_epoch(row["last_updated"])))
+                self.seen.setdefault(key, (_epoch(row["_commit_timestamp"]), polled))
         self.version = latest
 
     def run(self, stop: threading.Event, errors: list[BaseException]) -> None:
@@ -122,14 +127,16 @@ def _percentile(values: list[float], pct: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
 
 
-def _batch_seconds(spark: Any) -> dict[str, float]:
-    """Mean trigger execution time of each running query's recent batches."""
-    means = {}
+def _batch_seconds(spark: Any) -> dict[str, dict[str, float]]:
+    """Mean seconds of each running query's recent non-empty batches: the whole trigger
+    and its parts as Spark reports them (latestOffset, addBatch, ...)."""
+    means: dict[str, dict[str, float]] = {}
     for query in spark.streams.active:
-        durations = [p["durationMs"].get("triggerExecution", 0) / 1000
-                     for p in query.recentProgress if p.get("numInputRows")]
-        if durations:
-            means[query.name] = round(statistics.mean(durations), 2)
+        parts = [p["durationMs"] for p in query.recentProgress if p.get("numInputRows")]
+        if parts:
+            means[query.name] = {key: round(statistics.mean(d.get(key, 0) for d in parts)
+                                            / 1000, 2) for key in parts[-1]}
+            means[query.name]["batches"] = len(parts)
     return means
 
 
