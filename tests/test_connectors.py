@@ -4,6 +4,7 @@ validate, prune, bad files, and the FileStream source delivering a dropped file 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,11 @@ def test_prune_removes_a_connector_not_in_the_repository(
     try:
         assert _connectors(folder, "apply", "--no-wait").returncode == 0
         client.put_config(extra["name"], extra["config"])  # made by hand, not in the repo
+        # The worker lists a new connector only once the rebalance it triggers is over
+        # (~3 s per rebalance on the embedded broker).
+        deadline = time.monotonic() + 60
+        while extra["name"] not in client.connector_names() and time.monotonic() < deadline:
+            time.sleep(0.5)
         assert extra["name"] in client.connector_names()
 
         declined = cli_with_input("connectors", "--dir", str(folder), "prune",
