@@ -25,19 +25,10 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from benchmarks.machine import machine_info
-from benchmarks.station_status import (
-    PROFILE,
-    SILVER_TABLE,
-    Statuses,
-    create_tables,
-    reset_topic,
-    run_lake,
-    running_stack,
-)
+from benchmarks.station_status import SILVER_TABLE, Statuses, run_benchmark
 from infra.clients import kafka_config
 from lakehouse.storage import storage_options, table_uri
-from settings import Settings, load_settings
+from settings import Settings
 from spark_streaming.bronze import run_continuous
 from spark_streaming.session import activate_in_thread, build_spark_session
 from spark_streaming.silver import run_silver
@@ -141,34 +132,33 @@ def _batch_seconds(spark: Any) -> dict[str, dict[str, float]]:
 
 
 def run(report: Any = print) -> dict[str, Any]:
-    settings = load_settings(PROFILE)
-    with running_stack():
-        lake = run_lake(settings, "freshness")
-        name = reset_topic(settings, PARTITIONS, report)
-        create_tables(lake)
-        spark = build_spark_session(settings, app_name="bench-freshness")
-        stop = threading.Event()
-        errors: list[BaseException] = []
-        visibility = SilverVisibility(lake)
-        threads = [
-            _in_thread(spark, lambda: run_continuous(spark, lake, [name], report, stop,
-                                                     interval=TRIGGER), errors, "bronze"),
-            _in_thread(spark, lambda: run_silver(spark, lake, [SILVER_TABLE],
-                                                 available_now=False, stop=stop,
-                                                 report=report, interval=TRIGGER),
-                       errors, "silver"),
-            threading.Thread(target=visibility.run, args=(stop, errors), daemon=True),
-        ]
-        threads[-1].start()
-        try:
-            result = _measure(settings, name, visibility, errors, report)
-            result["batch_seconds_mean"] = _batch_seconds(spark)
-        finally:
-            stop.set()
-            for thread in threads:
-                thread.join(120)
-            spark.stop()
-    result["machine"] = machine_info()
+    return run_benchmark("freshness", PARTITIONS,
+                         lambda settings, lake, name: _run_pipeline(settings, lake, name, report),
+                         report)
+
+
+def _run_pipeline(settings: Settings, lake: Settings, name: str, report: Any) -> dict[str, Any]:
+    spark = build_spark_session(settings, app_name="bench-freshness")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    visibility = SilverVisibility(lake)
+    threads = [
+        _in_thread(spark, lambda: run_continuous(spark, lake, [name], report, stop,
+                                                 interval=TRIGGER), errors, "bronze"),
+        _in_thread(spark, lambda: run_silver(spark, lake, [SILVER_TABLE], available_now=False,
+                                             stop=stop, report=report, interval=TRIGGER),
+                   errors, "silver"),
+        threading.Thread(target=visibility.run, args=(stop, errors), daemon=True),
+    ]
+    threads[-1].start()
+    try:
+        result = _measure(settings, name, visibility, errors, report)
+        result["batch_seconds_mean"] = _batch_seconds(spark)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(120)
+        spark.stop()
     return result
 
 

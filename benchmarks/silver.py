@@ -17,18 +17,9 @@ from typing import Any
 from confluent_kafka import Producer
 
 from benchmarks.bronze import TreeSampler
-from benchmarks.machine import machine_info
-from benchmarks.station_status import (
-    PROFILE,
-    SILVER_TABLE,
-    Statuses,
-    create_tables,
-    reset_topic,
-    run_lake,
-    running_stack,
-)
+from benchmarks.station_status import SILVER_TABLE, Statuses, run_benchmark
 from infra.clients import kafka_config
-from settings import Settings, load_settings
+from settings import Settings
 from spark_streaming.bronze import bronze_table_name, run_available_now
 from spark_streaming.session import build_spark_session
 from spark_streaming.silver import run_silver
@@ -60,33 +51,34 @@ def produce(settings: Settings, name: str, report: Any) -> float:
 
 
 def run(report: Any = print) -> dict[str, Any]:
-    settings = load_settings(PROFILE)
-    with running_stack():
-        lake = run_lake(settings, "silver")
-        name = reset_topic(settings, PARTITIONS, report)
-        create_tables(lake)
-        report(f"producing {EVENTS:,} station_status events ({STATIONS} stations, "
-               f"{PARTITIONS} partitions)")
-        produce_s = produce(settings, name, report)
-        rounds: list[dict[str, float]] = []
-        with TreeSampler() as sampler:
-            began = time.monotonic()
-            spark = build_spark_session(settings, app_name="bench-silver")
-            session_s = time.monotonic() - began
-            load_before = round(os.getloadavg()[0], 2)
-            cpu = sampler.cpu_seconds
-            began = time.monotonic()
-            bronze = run_available_now(spark, lake, [name], report, rounds=rounds)
-            bronze_s = time.monotonic() - began
-            time.sleep(0.6)  # one more sample of the workers' CPU
-            bronze_cpu_s, cpu = sampler.cpu_seconds - cpu, sampler.cpu_seconds
-            report(f"bronze: {EVENTS / bronze_s:,.0f} events/s; silver catch-up")
-            began = time.monotonic()
-            silver = run_silver(spark, lake, [SILVER_TABLE], available_now=True, report=report)
-            silver_s = time.monotonic() - began
-            time.sleep(0.6)
-            silver_cpu_s = sampler.cpu_seconds - cpu
-            spark.stop()
+    return run_benchmark("silver", PARTITIONS,
+                         lambda settings, lake, name: _catch_up(settings, lake, name, report),
+                         report)
+
+
+def _catch_up(settings: Settings, lake: Settings, name: str, report: Any) -> dict[str, Any]:
+    report(f"producing {EVENTS:,} station_status events ({STATIONS} stations, "
+           f"{PARTITIONS} partitions)")
+    produce_s = produce(settings, name, report)
+    rounds: list[dict[str, float]] = []
+    with TreeSampler() as sampler:
+        began = time.monotonic()
+        spark = build_spark_session(settings, app_name="bench-silver")
+        session_s = time.monotonic() - began
+        load_before = round(os.getloadavg()[0], 2)
+        cpu = sampler.cpu_seconds
+        began = time.monotonic()
+        bronze = run_available_now(spark, lake, [name], report, rounds=rounds)
+        bronze_s = time.monotonic() - began
+        time.sleep(0.6)  # one more sample of the workers' CPU
+        bronze_cpu_s, cpu = sampler.cpu_seconds - cpu, sampler.cpu_seconds
+        report(f"bronze: {EVENTS / bronze_s:,.0f} events/s; silver catch-up")
+        began = time.monotonic()
+        silver = run_silver(spark, lake, [SILVER_TABLE], available_now=True, report=report)
+        silver_s = time.monotonic() - began
+        time.sleep(0.6)
+        silver_cpu_s = sampler.cpu_seconds - cpu
+        spark.stop()
     bronze_rows = bronze[bronze_table_name(name)]
     counts = silver[SILVER_TABLE]
     if bronze_rows != EVENTS or counts.get("read", 0) != EVENTS:
@@ -96,7 +88,6 @@ def run(report: Any = print) -> dict[str, Any]:
     report(f"silver: {silver_eps:,.0f} events/s, ratio {silver_eps / bronze_eps:.2f}")
     return {
         "benchmark": "silver",
-        "machine": machine_info(),
         "events": EVENTS,
         "stations": STATIONS,
         "partitions": PARTITIONS,

@@ -4,25 +4,28 @@ the topic, and station_status messages that follow the connectors' message contr
 The topic is the real `bikes.station_status` (the silver pipeline reads
 `bronze_bikes_station_status`, named after it), emptied at the start of a run by deleting
 and re-creating it, so a new bronze checkpoint reading from `earliest` sees this run's
-events only. Tables and checkpoints live under a per-run prefix and folder.
+events only. Tables and checkpoints live under a per-run prefix and folder; the topic,
+tables and checkpoints are removed at the end of the run.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewTopic
 
-from infra.clients import kafka_admin
-from settings import Settings
+from benchmarks.machine import machine_info
+from infra.clients import kafka_admin, s3_client
+from settings import Settings, load_settings
 from spark_streaming.kafka_source.metadata import BrokerMetadata
 from spark_streaming.kafka_source.options import KafkaSourceOptions
 from spark_streaming.silver.batch import METRICS_TABLE
@@ -49,6 +52,24 @@ def running_stack() -> Iterator[None]:
         subprocess.run([*cli, "down"], check=False, capture_output=True)
 
 
+def run_benchmark(benchmark: str, partitions: int,
+                  body: Callable[[Settings, Settings, str], dict[str, Any]],
+                  report: Any) -> dict[str, Any]:
+    """Stack up, a fresh topic, per-run tables; `body(settings, lake, topic)`; then the
+    run's data removed, the stack down and the machine added to the result."""
+    settings = load_settings(PROFILE)
+    with running_stack():
+        lake = run_lake(settings, benchmark)
+        try:
+            name = reset_topic(settings, partitions, report)
+            create_tables(lake)
+            result = body(settings, lake, name)
+        finally:
+            remove_run(lake, report)
+    result["machine"] = machine_info()
+    return result
+
+
 def run_lake(settings: Settings, benchmark: str) -> Settings:
     """Settings whose tables and checkpoints belong to this run only."""
     run = f"{benchmark}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
@@ -63,18 +84,25 @@ def create_tables(lake: Settings) -> None:
     ensure_tables(lake, TABLES, lambda _msg: None)
 
 
-def reset_topic(settings: Settings, partitions: int, report: Any) -> str:
-    """Delete and re-create the station_status topic; fail if anything is left in it."""
+def delete_topic(settings: Settings, report: Any) -> None:
     name = topic(settings)
     admin = kafka_admin(settings)
-    if name in admin.list_topics(timeout=10).topics:
-        report(f"deleting topic {name} (left by an earlier run)")
-        admin.delete_topics([name])[name].result(timeout=30)
-        deadline = time.monotonic() + 60
-        while name in admin.list_topics(timeout=10).topics:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"topic {name} still listed 60 s after its deletion")
-            time.sleep(0.5)
+    if name not in admin.list_topics(timeout=10).topics:
+        return
+    report(f"deleting topic {name}")
+    admin.delete_topics([name])[name].result(timeout=30)
+    deadline = time.monotonic() + 60
+    while name in admin.list_topics(timeout=10).topics:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"topic {name} still listed 60 s after its deletion")
+        time.sleep(0.5)
+
+
+def reset_topic(settings: Settings, partitions: int, report: Any) -> str:
+    """Delete and re-create the station_status topic; fail if anything is left in it."""
+    delete_topic(settings, report)
+    name = topic(settings)
+    admin = kafka_admin(settings)
     for attempt in range(20):
         try:
             admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
@@ -87,6 +115,25 @@ def reset_topic(settings: Settings, partitions: int, report: Any) -> str:
     if left:
         raise RuntimeError(f"topic {name} re-created but still holds {left} records")
     return name
+
+
+def remove_run(lake: Settings, report: Any) -> None:
+    """Delete the run's topic, tables and checkpoints (the result JSON is what stays)."""
+    delete_topic(lake, report)
+    shutil.rmtree(lake.checkpoint_root, ignore_errors=True)
+    s3 = s3_client(lake, timeout=30)
+    prefix = lake.lakehouse.tables_prefix.strip("/") + "/"
+    removed = 0
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=lake.s3.bucket,
+                                                              Prefix=prefix):
+        keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+        if keys:
+            answer = s3.delete_objects(Bucket=lake.s3.bucket,
+                                       Delete={"Objects": keys, "Quiet": True})
+            if answer.get("Errors"):
+                raise RuntimeError(f"could not delete {answer['Errors'][:3]} ...")
+            removed += len(keys)
+    report(f"removed the run's tables ({removed} objects under {prefix}) and checkpoints")
 
 
 def _records_in(settings: Settings, name: str) -> int:
