@@ -7,6 +7,7 @@ after a crash is recognised and skipped by the Delta writer.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import signal
@@ -190,6 +191,31 @@ def run_available_now(spark: SparkSession, settings: Settings, topics: list[str]
     return totals
 
 
+def _offset_total(raw: object) -> int | None:
+    """Sum of the offsets in a source offset as Spark's progress shows it (JSON text)."""
+    try:
+        offsets = json.loads(raw) if isinstance(raw, str) else raw
+        return sum(int(o) for parts in offsets.values() for o in parts.values())
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def progress_line(table: str, progress: dict) -> str:
+    """One line per query: last batch, its rows and rate, and the consumer lag (records
+    between what the last batch read and the log end) when Spark's progress carries the
+    source's latestOffset (pyspark 4.1.4 leaves it out for Python sources: then no lag)."""
+    line = (f"{table}: batch {progress.get('batchId', '-')}, "
+            f"{progress.get('numInputRows', 0)} rows in the last batch")
+    rate = progress.get("processedRowsPerSecond")
+    if rate:
+        line += f" ({float(rate):,.0f} rows/s)"
+    sources = progress.get("sources") or [{}]
+    end, latest = (_offset_total(sources[0].get(k)) for k in ("endOffset", "latestOffset"))
+    if end is not None and latest is not None:
+        line += f", lag {max(0, latest - end)} records"
+    return line
+
+
 def run_continuous(spark: SparkSession, settings: Settings, topics: list[str], report: Report,
                    stop: threading.Event, interval: str = "10 seconds",
                    max_offsets_per_trigger: int | None = None) -> None:
@@ -205,9 +231,7 @@ def run_continuous(spark: SparkSession, settings: Settings, topics: list[str], r
                     raise RuntimeError(f"{spec.table} stopped: {query.exception()}")
             if time.monotonic() - last_report > 30:
                 for spec, query in running:
-                    progress = query.lastProgress or {}
-                    report(f"{spec.table}: batch {progress.get('batchId', '-')}, "
-                           f"{progress.get('numInputRows', 0)} rows in the last batch")
+                    report(progress_line(spec.table, query.lastProgress or {}))
                 last_report = time.monotonic()
             stop.wait(1)
     finally:

@@ -20,7 +20,13 @@ from infra.clients import kafka_admin, kafka_config
 from infra.stack import Stack
 from lakehouse.storage import storage_options
 from settings import Settings
-from spark_streaming.bronze import bronze_table_name, caught_up, plan, run_available_now
+from spark_streaming.bronze import (
+    bronze_table_name,
+    caught_up,
+    plan,
+    progress_line,
+    run_available_now,
+)
 from tests.conftest import PROJECT_DIR, TEST_PROFILE
 
 
@@ -165,3 +171,12 @@ def test_caught_up_only_when_the_next_round_would_read_nothing(
     assert not caught_up(settings, spec), "an uncommitted batch must be re-run"
     run_available_now(spark, settings, [topic], lambda _m: None)
     _assert_exactly_once(settings, topic, values | {b'{"late": true}'})
+
+
+def test_progress_line_reports_rows_rate_and_consumer_lag() -> None:
+    progress = {"batchId": 3, "numInputRows": 10, "processedRowsPerSecond": 55.2,
+                "sources": [{"endOffset": '{"t": {"0": 5, "1": 7}}',
+                             "latestOffset": '{"t": {"0": 9, "1": 7}}'}]}
+    assert progress_line("bronze_t", progress) == (
+        "bronze_t: batch 3, 10 rows in the last batch (55 rows/s), lag 4 records")
+    assert progress_line("bronze_t", {}) == "bronze_t: batch -, 0 rows in the last batch"
