@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 import psutil
@@ -32,6 +33,8 @@ from spark_streaming.kafka_source.partition_reader import _Columns
 from spark_streaming.session import build_spark_session
 
 PROFILE = "test"
+# key, value, headers of one Kafka record
+Message = tuple[bytes, bytes, list[tuple[str, bytes]] | None]
 EVENTS = int(os.environ.get("BENCH_BRONZE_EVENTS", "1000000"))
 PARTITIONS = 6
 TARGET_EPS = 100_000
@@ -45,24 +48,33 @@ def _event(i: int) -> bytes:
     return (body + "x" * max(0, 297 - len(body)) + '"}').encode()
 
 
-def produce(settings: Settings, topic: str, report: Any) -> float:
-    admin = kafka_admin(settings)
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
+def produce_all(settings: Settings, topic: str, messages: Iterable[Message],
+                report: Any) -> float:
+    """Produce every (key, value, headers) as fast as the client's queue allows; seconds
+    until the broker acknowledged the last one. Shared by the benchmarks that load a topic."""
     producer = Producer({**kafka_config(settings), "linger.ms": 50, "batch.size": 1_000_000,
                          "compression.type": "lz4", "queue.buffering.max.messages": 500_000})
     began = time.monotonic()
-    for i in range(EVENTS):
+    for i, (key, value, headers) in enumerate(messages):
         while True:
             try:
-                producer.produce(topic, key=f"station-{i % 500}".encode(), value=_event(i))
+                producer.produce(topic, key=key, value=value, headers=headers)
                 break
             except BufferError:
                 producer.poll(0.1)
         if i % 100_000 == 0:
             producer.poll(0)
             report(f"produced {i:,}")
-    assert producer.flush(120) == 0
+    if producer.flush(120):
+        raise RuntimeError("producer could not deliver every message within 120 s")
     return time.monotonic() - began
+
+
+def produce(settings: Settings, topic: str, report: Any) -> float:
+    admin = kafka_admin(settings)
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
+    messages = ((f"station-{i % 500}".encode(), _event(i), None) for i in range(EVENTS))
+    return produce_all(settings, topic, messages, report)
 
 
 def baseline(settings: Settings, topic: str, uri: str) -> float:

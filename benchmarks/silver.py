@@ -14,11 +14,8 @@ import os
 import time
 from typing import Any
 
-from confluent_kafka import Producer
-
-from benchmarks.bronze import TreeSampler
+from benchmarks.bronze import TreeSampler, produce_all
 from benchmarks.station_status import SILVER_TABLE, Statuses, run_benchmark
-from infra.clients import kafka_config
 from settings import Settings
 from spark_streaming.bronze import bronze_table_name, run_available_now
 from spark_streaming.session import build_spark_session
@@ -31,23 +28,7 @@ PARTITIONS = 6
 
 def produce(settings: Settings, name: str, report: Any) -> float:
     statuses = Statuses(STATIONS, EVENTS)
-    producer = Producer({**kafka_config(settings), "linger.ms": 50, "batch.size": 1_000_000,
-                         "compression.type": "lz4", "queue.buffering.max.messages": 500_000})
-    began = time.monotonic()
-    for i in range(EVENTS):
-        key, value, headers = statuses.message(i)
-        while True:
-            try:
-                producer.produce(name, key=key, value=value, headers=headers)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        if i % 100_000 == 0:
-            producer.poll(0)
-            report(f"produced {i:,}")
-    if producer.flush(120):
-        raise RuntimeError("producer could not deliver every message within 120 s")
-    return time.monotonic() - began
+    return produce_all(settings, name, (statuses.message(i) for i in range(EVENTS)), report)
 
 
 def run(report: Any = print) -> dict[str, Any]:
