@@ -122,6 +122,18 @@ class GoldSettings(_Section):
     weather_location_id: str | None = None
 
 
+class AnalysisSettings(_Section):
+    """The analysis layer: the dbt project, its docs site and the SQL notebooks."""
+
+    # Folders relative to the project folder unless absolute.
+    dbt_project_dir: str = "dbt"
+    notebooks_dir: str = "notebooks"
+    # The dbt docs site (`lakehouse docs`) is served on 127.0.0.1 at this port.
+    docs_port: int = Field(default=18580, ge=1, le=65535)
+    # Seconds a notebook cell may run in `lakehouse notebooks` before it is called failed.
+    notebook_cell_timeout_seconds: int = Field(default=600, ge=1)
+
+
 class RentalsSettings(_Section):
     """The rentals database (Debezium CDC source) and its traffic generator."""
 
@@ -201,6 +213,7 @@ class Settings(_Section):
     scraper: ScraperSettings = Field(default_factory=ScraperSettings)
     rentals: RentalsSettings = Field(default_factory=RentalsSettings)
     gold: GoldSettings = Field(default_factory=GoldSettings)
+    analysis: AnalysisSettings = Field(default_factory=AnalysisSettings)
 
     @field_validator("state_dir", "tools_dir")
     @classmethod
@@ -229,6 +242,10 @@ class Settings(_Section):
         if "://" in value or value.startswith("/"):
             return value
         return str(self.state_path / value)
+
+    def project_path(self, path: str) -> Path:
+        """A configured folder as an absolute path (relative ones start at the project)."""
+        return self._absolute(Path(path))
 
     @property
     def tools_path(self) -> Path:

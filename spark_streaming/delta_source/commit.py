@@ -113,9 +113,11 @@ def commit_files(target: WriteTarget, files: Sequence[WrittenFile], operation: s
             _check_same_layout(target, table)
         if not actions and not target.overwrite and app_txn is None:
             return False
+        # delta-rs writes a new metaData action when an overwrite brings another schema
+        schema = Schema.from_arrow(target.schema) if target.replace_schema else table.schema()
         table.create_write_transaction(
             actions, mode="overwrite" if target.overwrite else "append",
-            schema=table.schema(), partition_by=list(target.partition_by),
+            schema=schema, partition_by=list(target.partition_by),
             commit_properties=properties,
         )
     except BaseException:

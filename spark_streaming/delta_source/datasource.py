@@ -45,7 +45,8 @@ class DeltaLakeDataSource(DataSource):
     with availableNow also give `checkpointLocation`), `skipChangeCommits` or
     `ignoreChanges` (commits that removed files fail the stream otherwise); writes:
     `partitionBy` (comma list, on creation), `delta.*` table properties (on creation),
-    `txnAppId` (streaming writes; required). Save modes: append and overwrite."""
+    `txnAppId` (streaming writes; required), `overwriteSchema` (an overwrite replaces the
+    schema and partitioning with the incoming ones). Save modes: append and overwrite."""
 
     @classmethod
     def name(cls) -> str:

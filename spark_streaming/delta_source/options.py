@@ -29,6 +29,7 @@ MAX_VERSIONS_PER_TRIGGER = "maxVersionsPerTrigger"
 IGNORE_CHANGES = "ignoreChanges"
 SKIP_CHANGE_COMMITS = "skipChangeCommits"
 CHECKPOINT_LOCATION = "checkpointLocation"
+OVERWRITE_SCHEMA = "overwriteSchema"
 LATEST = "latest"
 PROPERTY_PREFIX = "delta."
 
@@ -160,6 +161,8 @@ class DeltaOptions:
     ignore_changes: bool = False
     skip_change_commits: bool = False
     checkpoint_location: str | None = None
+    # overwrite writes: replace the table's schema with the incoming one (dbt full rebuilds)
+    overwrite_schema: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> DeltaOptions:
@@ -206,6 +209,7 @@ class DeltaOptions:
             ignore_changes=ignore_changes,
             skip_change_commits=skip_change_commits,
             checkpoint_location=lowered.get(CHECKPOINT_LOCATION.lower()) or None,
+            overwrite_schema=_bool(lowered, OVERWRITE_SCHEMA),
         )
 
     @property

@@ -40,6 +40,8 @@ class WriteTarget:
     overwrite: bool = False
     # The table did not exist when the write was planned: the commit creates it.
     create: bool = False
+    # An overwrite that replaces the table's schema (option overwriteSchema).
+    replace_schema: bool = False
 
     @property
     def data_schema(self) -> pa.Schema:
@@ -87,6 +89,13 @@ def prepare_write(options: DeltaOptions, spark_schema: StructType, overwrite: bo
             overwrite=overwrite, create=True,
         )
     _check_writable(table)
+    if overwrite and options.overwrite_schema:
+        schema = creation_schema(incoming)
+        return WriteTarget(
+            table_uri=options.table_uri, storage=storage, schema=schema,
+            partition_by=_new_table_partitioning(schema, options.partition_by),
+            column_map={n: n for n in schema.names}, overwrite=True, replace_schema=True,
+        )
     schema = table_arrow_schema(table)
     partition_by = tuple(table.metadata().partition_columns)
     if options.partition_by and [c.lower() for c in options.partition_by] != [

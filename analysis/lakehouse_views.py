@@ -1,0 +1,39 @@
+"""Every Delta table under the lakehouse root as a view in Spark's `global_temp` database:
+how dbt models, dbt tests and notebooks reach the tables by name."""
+
+from __future__ import annotations
+
+import re
+
+from pyarrow import fs as pafs
+from pyspark.sql import SparkSession
+
+from lakehouse.storage import storage_options
+from settings import Settings
+from spark_streaming.delta_source import register_table_view
+from spark_streaming.delta_source.filesystem import arrow_filesystem, join
+
+_VIEW_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def lakehouse_table_names(settings: Settings) -> list[str]:
+    """Names of the folders under the tables root that hold a Delta table."""
+    root_uri = settings.tables_uri
+    filesystem, root = arrow_filesystem(root_uri, storage_options(settings, root_uri))
+    try:
+        entries = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    except FileNotFoundError:
+        return []
+    folders = [e for e in entries if e.type == pafs.FileType.Directory]
+    logs = filesystem.get_file_info([join(f.path, "_delta_log") for f in folders])
+    return sorted(folder.base_name for folder, log in zip(folders, logs, strict=True)
+                  if log.type == pafs.FileType.Directory and _VIEW_NAME.match(folder.base_name))
+
+
+def register_lakehouse_views(spark: SparkSession, settings: Settings) -> list[str]:
+    """CREATE OR REPLACE GLOBAL TEMPORARY VIEW <name> for each table; returns the names."""
+    names = lakehouse_table_names(settings)
+    for name in names:
+        register_table_view(spark, name, f"{settings.tables_uri}/{name}", global_view=True,
+                            profile=settings.profile)
+    return names

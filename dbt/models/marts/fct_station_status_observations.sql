@@ -1,0 +1,24 @@
+{{ config(materialized='lakehouse_incremental') }}
+-- Every station status update with its fill level; appended incrementally. New rows are
+-- the silver rows ingested after the newest one already here: silver applies bronze's
+-- batches in order, so ingested_at only grows from one silver commit to the next.
+select
+    s.system_id,
+    s.station_id,
+    s.reported_at,
+    date_trunc('hour', s.reported_at) as reported_hour,
+    s.bikes_available,
+    s.docks_available,
+    s.bikes_disabled,
+    s.docks_disabled,
+    d.capacity,
+    case when d.capacity > 0 then s.bikes_available / d.capacity end as fill_ratio,
+    s.is_empty,
+    s.is_full,
+    s.ingested_at
+from {{ ref('stg_gbfs__station_status') }} as s
+left join {{ ref('dim_station') }} as d
+    on d.system_id = s.system_id and d.station_id = s.station_id and d.is_current
+{% if is_incremental() %}
+where s.ingested_at > (select max(ingested_at) from {{ this }})
+{% endif %}
