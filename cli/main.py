@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from cli.analysis_commands import transform
 from cli.connectors_commands import connectors
 from cli.gold_commands import gold
 from cli.rentals_commands import rentals
@@ -257,12 +258,6 @@ def ingest(ctx: click.Context, until_caught_up: bool, interval: str,
 
 
 @cli.command()
-def transform() -> None:
-    """Build the dbt models (marts) over the lakehouse tables."""
-    _planned("transform", "run dbt build in-process over the lakehouse tables", "issue 6")
-
-
-@cli.command()
 def docs() -> None:
     """Generate and serve the dbt docs site on loopback."""
     _planned("docs", "generate the dbt docs and serve them on 127.0.0.1", "issue 6")
@@ -276,6 +271,7 @@ cli.add_command(tables)
 cli.add_command(maintain)
 cli.add_command(silver)
 cli.add_command(gold)
+cli.add_command(transform)
 
 
 def main() -> None:

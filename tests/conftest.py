@@ -6,16 +6,21 @@ the end; the session fails if any project process is left running.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 from pyspark.sql import SparkSession
 
+from connectors.simulator.server import FeedSimulator
+from connectors.simulator.system import BikeSystem
 from infra.ports import port_is_free
 from infra.stack import Stack
 from settings import Settings, load_settings
@@ -70,3 +75,52 @@ def spark(settings: Settings) -> Iterator[SparkSession]:
     session = build_spark_session(settings, app_name="lakehouse-tests")
     yield session
     session.stop()
+
+
+@dataclass(frozen=True)
+class IngestedLakehouse:
+    """One caught-up ingest of the reference data under its own tables prefix."""
+
+    settings: Settings  # the test settings with this ingest's tables prefix and checkpoints
+    env: dict[str, str]  # the same, as environment overrides for CLI subprocesses
+    system: BikeSystem  # the feed simulator's state: what the scrapers were served
+    output: str
+
+
+@pytest.fixture(scope="session")
+def ingested_lakehouse(stack: Stack, settings: Settings,
+                       tmp_path_factory: pytest.TempPathFactory) -> IngestedLakehouse:
+    """`lakehouse ingest --until-caught-up` once per test session (shared by the ingest,
+    transform, docs and notebook tests; none of them writes to its tables)."""
+    prefix = f"test-ingest/{uuid.uuid4().hex[:10]}"
+    checkpoints = str(tmp_path_factory.mktemp("ingest") / "checkpoints")
+    env = {"LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": prefix,
+           "LAKEHOUSE_LAKEHOUSE__CHECKPOINT_DIR": checkpoints}
+    scoped = settings.model_copy(update={"lakehouse": settings.lakehouse.model_copy(
+        update={"tables_prefix": prefix, "checkpoint_dir": checkpoints})})
+    # The service uses a simulator already serving its port; this one stands still, so the
+    # tests know exactly which snapshot was served.
+    with FeedSimulator(port=settings.simulator.port, host=settings.simulator.host,
+                       seed=settings.simulator.seed) as simulator:
+        result = run_cli("ingest", "--until-caught-up", env=env, timeout=1500)
+        system = simulator.system
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    return IngestedLakehouse(settings=scoped, env=env, system=system, output=output)
+
+
+@dataclass(frozen=True)
+class TransformedLakehouse:
+    ingested: IngestedLakehouse
+    output: str
+    timings: dict[str, float]
+
+
+@pytest.fixture(scope="session")
+def transformed_lakehouse(ingested_lakehouse: IngestedLakehouse) -> TransformedLakehouse:
+    """`lakehouse transform` (dbt build, freshness, docs) once over the shared ingest."""
+    result = run_cli("transform", "--timings-json", env=ingested_lakehouse.env, timeout=900)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    timings = json.loads(result.stdout.strip().splitlines()[-1])
+    return TransformedLakehouse(ingested=ingested_lakehouse, output=output, timings=timings)

@@ -3,19 +3,15 @@ simulator and PostgreSQL in, every Delta layer out."""
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from connectors.rentals.database import connect
-from connectors.simulator.server import FeedSimulator
-from infra.stack import Stack
 from lakehouse.storage import storage_options, table_uri
 from settings import Settings
-from tests.conftest import run_cli
+from tests.conftest import IngestedLakehouse
 
 
 def _read(settings: Settings, name: str, columns: list[str] | None = None):
@@ -27,22 +23,10 @@ def _read(settings: Settings, name: str, columns: list[str] | None = None):
 
 
 def test_ingest_until_caught_up_fills_every_layer(
-    stack: Stack, settings: Settings, tmp_path: Path
+    ingested_lakehouse: IngestedLakehouse,
 ) -> None:
-    prefix = f"test-ingest/{uuid.uuid4().hex[:10]}"
-    env = {"LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": prefix,
-           "LAKEHOUSE_LAKEHOUSE__CHECKPOINT_DIR": str(tmp_path / "checkpoints")}
-    scoped = settings.model_copy(update={"lakehouse": settings.lakehouse.model_copy(
-        update={"tables_prefix": prefix, "checkpoint_dir": str(tmp_path / "checkpoints")})})
-    # The service uses a simulator already serving its port; this one stands still, so the
-    # test knows exactly which snapshot was served.
-    with FeedSimulator(port=settings.simulator.port, host=settings.simulator.host,
-                       seed=settings.simulator.seed) as simulator:
-        result = run_cli("ingest", "--until-caught-up", env=env, timeout=1500)
-        system = simulator.system
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-6000:]
-    assert "ingest caught up" in output
+    scoped, system = ingested_lakehouse.settings, ingested_lakehouse.system
+    assert "ingest caught up" in ingested_lakehouse.output
 
     # silver: exactly the stations and statuses the feed served, at its last_updated
     served_at = datetime.fromtimestamp(system.now, UTC)

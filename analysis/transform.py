@@ -1,0 +1,94 @@
+"""`lakehouse transform`: Spark, the lakehouse views, `dbt build`, source freshness and the
+docs catalog, in one process, with the time each step took."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+
+from analysis.dbt_project import DbtOutcome, DbtPaths, TransformError, prepare_project, run_dbt
+from analysis.lakehouse_views import register_lakehouse_views
+from settings import Settings
+
+Report = Callable[[str], None]
+# Staging and intermediate models are session views: recreated before every command so a
+# `--select` of a mart still finds its inputs.
+VIEW_MODELS = "config.materialized:lakehouse_view"
+
+
+@dataclass
+class TransformResult:
+    seconds: dict[str, float] = field(default_factory=dict)
+    tables: list[str] = field(default_factory=list)
+    outcomes: list[DbtOutcome] = field(default_factory=list)
+
+
+@contextmanager
+def _timed(result: TransformResult, step: str) -> Iterator[None]:
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        result.seconds[step] = round(time.perf_counter() - began, 2)
+
+
+def _check(outcome: DbtOutcome, report: Report) -> None:
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(outcome.counts.items()))
+    report(f"dbt {outcome.command}: {counts or 'done'}")
+    if not outcome.success:
+        lines = "\n  ".join(outcome.failures) or "see the dbt log"
+        raise TransformError(f"dbt {outcome.command} failed:\n  {lines}")
+
+
+@contextmanager
+def analysis_session(settings: Settings, result: TransformResult,
+                     report: Report) -> Iterator[tuple[SparkSession, DbtPaths]]:
+    """A SparkSession with every lakehouse table and dbt view model registered."""
+    from spark_streaming.session import build_spark_session
+
+    paths = prepare_project(settings)
+    with _timed(result, "spark_start"):
+        spark = build_spark_session(settings, app_name="lakehouse-transform")
+    try:
+        with _timed(result, "view_registration"):
+            result.tables = register_lakehouse_views(spark, settings)
+            report(f"{len(result.tables)} lakehouse tables registered as global_temp views "
+                   f"({settings.tables_uri})")
+            restored = run_dbt(settings, paths, ["run", "--quiet", "--select", VIEW_MODELS])
+            if not restored.success:
+                report("some staging views could not be created yet; the build makes them")
+        yield spark, paths
+    finally:
+        spark.stop()
+
+
+def transform(settings: Settings, dbt_args: list[str], report: Report, *,
+              docs: bool = True, freshness: bool = True) -> TransformResult:
+    """dbt build (tests included) over the lakehouse; raises TransformError on a failure."""
+    result = TransformResult()
+    with analysis_session(settings, result, report) as (_, paths):
+        with _timed(result, "dbt_build"):
+            outcome = run_dbt(settings, paths, ["build", *dbt_args])
+            result.outcomes.append(outcome)
+            _check(outcome, report)
+        if freshness:
+            with _timed(result, "source_freshness"):
+                outcome = run_dbt(settings, paths, ["source", "freshness"])
+                result.outcomes.append(outcome)
+                _check(outcome, report)
+        if docs:
+            with _timed(result, "docs_generate"):
+                generate_docs(settings, paths, report, result)
+    return result
+
+
+def generate_docs(settings: Settings, paths: DbtPaths, report: Report,
+                  result: TransformResult) -> None:
+    outcome = run_dbt(settings, paths, ["docs", "generate"])
+    result.outcomes.append(outcome)
+    _check(outcome, report)
+    report(f"docs site files in {paths.target_dir} (`lakehouse docs` serves them)")

@@ -1,0 +1,63 @@
+"""`lakehouse transform` and `lakehouse docs`: the dbt project over the lakehouse tables."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from cli.context import settings_of
+
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _say(message: str) -> None:
+    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(message)}")
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.option("--select", "-s", "select", multiple=True,
+              help="dbt node selection (repeatable), e.g. `marts` or `+dim_station`.")
+@click.option("--exclude", multiple=True, help="dbt nodes to leave out (repeatable).")
+@click.option("--full-refresh", is_flag=True,
+              help="Rebuild incremental models from scratch.")
+@click.option("--no-docs", is_flag=True, help="Skip `dbt docs generate`.")
+@click.option("--no-freshness", is_flag=True, help="Skip `dbt source freshness`.")
+@click.option("--timings-json", is_flag=True,
+              help="Print the seconds of each step as one JSON line on stdout at the end.")
+@click.pass_context
+def transform(ctx: click.Context, select: tuple[str, ...], exclude: tuple[str, ...],
+              full_refresh: bool, no_docs: bool, no_freshness: bool,
+              timings_json: bool) -> None:
+    """Build the dbt models over the lakehouse tables (`dbt build`: models and tests).
+
+    Starts Spark, registers every Delta table under the lakehouse root as a view in
+    `global_temp`, generates dbt/models/lakehouse from the table definitions, then runs
+    `dbt build`, `dbt source freshness` and `dbt docs generate` in this process. Marts are
+    Delta tables next to the lakehouse tables. Exits 1 when a model or test fails.
+    """
+    from analysis.dbt_project import TransformError
+    from analysis.transform import transform as run_transform
+
+    settings = settings_of(ctx)
+    args: list[str] = []
+    for flag, values in (("--select", select), ("--exclude", exclude)):
+        if values:
+            args += [flag, *values]
+    if full_refresh:
+        args.append("--full-refresh")
+    began = time.monotonic()
+    try:
+        result = run_transform(settings, args, _say, docs=not no_docs,
+                               freshness=not no_freshness)
+    except TransformError as exc:
+        console.print(f"[red]transform failed:[/red] {escape(str(exc))}")
+        sys.exit(1)
+    _say(f"transform done in {time.monotonic() - began:.0f} s: "
+         + ", ".join(f"{step} {seconds:.1f} s" for step, seconds in result.seconds.items()))
+    if timings_json:
+        click.echo(json.dumps(result.seconds))
