@@ -1,0 +1,123 @@
+"""`lakehouse transform` over a caught-up ingest: dbt builds every model, its tests pass,
+the marts are Delta tables any Delta reader can read, and a broken input fails the build
+naming the test."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable, write_deltalake
+
+from analysis.dbt_project import DbtPaths
+from lakehouse.storage import storage_options, table_uri
+from settings import Settings
+from spark_streaming.delta_source.table import try_open
+from tests.conftest import TransformedLakehouse, run_cli
+
+MARTS = ("dim_station", "fct_rentals_daily", "fct_station_status_observations",
+         "fct_station_availability_hourly")
+
+
+def _table(settings: Settings, name: str) -> DeltaTable:
+    uri = table_uri(settings, name)
+    return DeltaTable(uri, storage_options=storage_options(settings, uri))
+
+
+def _read(settings: Settings, name: str) -> pa.Table:
+    table = _table(settings, name)
+    data = table.to_pyarrow_dataset().to_table()
+    del table
+    return data
+
+
+def _distinct(table: pa.Table, columns: list[str]) -> int:
+    return table.select(columns).group_by(columns).aggregate([]).num_rows
+
+
+def test_transform_builds_every_model_and_marts_are_delta_tables(
+    transformed_lakehouse: TransformedLakehouse,
+) -> None:
+    settings = transformed_lakehouse.ingested.settings
+    output = transformed_lakehouse.output
+    assert "dbt build:" in output and "transform failed" not in output
+    assert set(transformed_lakehouse.timings) >= {"spark_start", "view_registration",
+                                                  "dbt_build", "docs_generate"}
+
+    run_results = json.loads((DbtPaths.of(settings).target_dir / "run_results.json")
+                             .read_text())
+    # the last command was docs generate; the build's results are in the manifest run
+    manifest = json.loads((DbtPaths.of(settings).target_dir / "manifest.json").read_text())
+    models = {n["name"] for n in manifest["nodes"].values() if n["resource_type"] == "model"}
+    assert set(MARTS) <= models
+    assert {"stg_gbfs__station_information", "silver_station_status",
+            "bronze_bikes_station_status"} <= models
+    tests = [n for n in manifest["nodes"].values() if n["resource_type"] == "test"]
+    kinds = {t.get("test_metadata", {}).get("name", "singular") for t in tests}
+    assert {"unique", "not_null", "relationships", "accepted_values", "singular"} <= kinds
+    assert run_results["args"]["which"] == "generate"
+
+    # marts, read with delta-rs (not Spark), hold what their inputs imply
+    stations = _read(settings, "silver_station_information")
+    assert _read(settings, "dim_station").num_rows == stations.num_rows > 0
+    statuses = _read(settings, "silver_station_status")
+    observations = _read(settings, "fct_station_status_observations")
+    assert observations.num_rows == statuses.num_rows > 0
+    hourly = _read(settings, "fct_station_availability_hourly")
+    hours = pc.floor_temporal(statuses["last_updated"], unit="hour")
+    assert hourly.num_rows == _distinct(
+        statuses.select(["system_id", "station_id"]).append_column("h", hours),
+        ["system_id", "station_id", "h"])
+    rentals = _read(settings, "silver_rentals")
+    live = rentals.filter(pc.invert(rentals["is_deleted"]))
+    daily = _read(settings, "fct_rentals_daily")
+    assert sum(daily["rentals_started"].to_pylist()) == live.num_rows > 0
+    assert daily.num_rows == len(set(pc.cast(live["started_at"], pa.date32()).to_pylist()))
+
+    # source freshness ran on every Kafka topic landed in bronze, all fresh
+    sources = json.loads((DbtPaths.of(settings).target_dir / "sources.json").read_text())
+    assert {r["unique_id"].split(".")[-1] for r in sources["results"]} >= {
+        "bikes_station_status", "bikes_rentals_db_public_rentals"}
+    assert {r["status"] for r in sources["results"]} == {"pass"}
+
+
+def test_transform_again_changes_nothing(transformed_lakehouse: TransformedLakehouse) -> None:
+    """A second run over unchanged inputs: same rows; the incremental mart gets no commit."""
+    ingested = transformed_lakehouse.ingested
+    settings = ingested.settings
+    before = {name: _read(settings, name).num_rows for name in MARTS}
+    incremental_version = _table(settings, "fct_station_status_observations").version()
+    result = run_cli("transform", "--select", "marts", "--no-docs", "--no-freshness",
+                     env=ingested.env, timeout=900)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+    assert {name: _read(settings, name).num_rows for name in MARTS} == before
+    assert _table(settings, "fct_station_status_observations").version() == (
+        incremental_version)
+
+
+def test_duplicate_key_in_a_marts_input_fails_the_build(
+    transformed_lakehouse: TransformedLakehouse,
+) -> None:
+    """A station version written twice into dim_station's input: `dbt build` stops with
+    the failing test named, and dim_station is not built from the bad input."""
+    ingested = transformed_lakehouse.ingested
+    prefix = f"test-planted/{uuid.uuid4().hex[:10]}"
+    planted = ingested.settings.model_copy(update={"lakehouse": ingested.settings.lakehouse
+                                                   .model_copy(update={"tables_prefix": prefix})})
+    stations = _read(ingested.settings, "silver_station_information")
+    uri = table_uri(planted, "silver_station_information")
+    write_deltalake(uri, pa.concat_tables([stations, stations.slice(0, 1)]),
+                    storage_options=storage_options(planted, uri))
+
+    result = run_cli("transform", "--select", "+dim_station", "--no-docs", "--no-freshness",
+                     env={**ingested.env, "LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": prefix},
+                     timeout=900)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-5000:]
+    assert "transform failed" in output
+    assert ("lakehouse_unique_combination_silver_station_information_system_id__station_id"
+            "__valid_from") in output
+    dim_uri = table_uri(planted, "dim_station")
+    assert try_open(dim_uri, storage_options(planted, dim_uri)) is None
