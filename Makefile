@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-lock
 LAKEHOUSE := $(BIN)/lakehouse
 BENCH ?=
 
-.PHONY: help setup up down status ingest transform test bench docs clean lint lock
+.PHONY: help setup up down status ingest transform test bench docs notebooks clean lint lock
 
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -44,6 +44,9 @@ transform: setup ## Build the dbt models over the lakehouse tables
 
 docs: setup ## Generate and serve the dbt docs site on loopback
 	@$(LAKEHOUSE) docs
+
+notebooks: setup ## Run the SQL notebooks headless; HTML under .state/notebooks
+	@$(LAKEHOUSE) notebooks
 
 test: setup ## Run the test suite against real servers (starts and stops its own stack)
 	$(BIN)/python -m pytest

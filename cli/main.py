@@ -15,6 +15,7 @@ from rich.table import Table
 from cli.analysis_commands import transform
 from cli.connectors_commands import connectors
 from cli.gold_commands import gold
+from cli.notebooks_commands import notebooks
 from cli.rentals_commands import rentals
 from cli.scrape_commands import scrape, simulator
 from cli.silver_commands import silver
@@ -272,6 +273,7 @@ cli.add_command(maintain)
 cli.add_command(silver)
 cli.add_command(gold)
 cli.add_command(transform)
+cli.add_command(notebooks)
 
 
 def main() -> None:

@@ -1,0 +1,232 @@
+"""`lakehouse notebooks`: execute the SQL notebooks headless, check every query returned
+rows, and render each executed notebook as HTML under the state folder.
+
+A SQL cell is a code cell whose first line starts with `%%sql`. After such a cell runs, the
+runner asks the kernel for the length of the result the cell returned (IPython's `Out`
+entry of that execution, a jupysql ResultSet); the cell passes when that is at least one
+row. The count is written into the executed notebook as cell metadata `lakehouse.sql_rows`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_core.utils import ensure_async
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+from nbformat import NotebookNode
+
+from analysis.notebook_session import QUIET_JUPYSQL_ENV
+from settings import Settings
+
+Report = Callable[[str], None]
+KERNEL_NAME = "lakehouse-venv"
+ROWS_METADATA = "lakehouse"
+_STOP_SPARK = ("from pyspark.sql import SparkSession as _LakehouseSession\n"
+               "_active = _LakehouseSession.getActiveSession()\n"
+               "_active is not None and _active.stop()")
+
+
+class NotebookError(Exception):
+    """A notebook that could not run, or a query that returned nothing; names both."""
+
+
+@dataclass
+class NotebookResult:
+    name: str
+    source: Path
+    executed: Path
+    html: Path | None
+    cells: int = 0
+    sql_rows: dict[int, int] = field(default_factory=dict)  # cell index -> rows returned
+    seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def is_sql_cell(cell: NotebookNode) -> bool:
+    return cell.cell_type == "code" and cell.source.lstrip().startswith("%%sql")
+
+
+def notebook_paths(settings: Settings, only: str | None = None) -> list[Path]:
+    """The notebooks of `analysis.notebooks_dir`, or the one named `only` (with or without
+    .ipynb); raises NotebookError naming what exists when `only` matches none."""
+    folder = settings.project_path(settings.analysis.notebooks_dir)
+    found = sorted(folder.glob("*.ipynb"))
+    if only is None:
+        return found
+    wanted = only.removesuffix(".ipynb")
+    chosen = [path for path in found if path.stem == wanted]
+    if not chosen:
+        names = ", ".join(path.stem for path in found) or "none"
+        raise NotebookError(f"no notebook {only!r} in {folder} (there are: {names})")
+    return chosen
+
+
+def _first_line(cell: NotebookNode) -> str:
+    lines = cell.source.strip().splitlines()
+    return lines[0] if lines else ""
+
+
+class _NotebookRun:
+    """One notebook in its own kernel (the project's interpreter, the CLI's environment)."""
+
+    def __init__(self, settings: Settings, source: Path, work_dir: Path) -> None:
+        self.settings = settings
+        self.source = source
+        self.work_dir = work_dir
+        self.notebook = nbformat.read(source, as_version=4)
+        self.sql_rows: dict[int, int] = {}
+        self.empty: list[str] = []
+        self.client = NotebookClient(
+            self.notebook, km=self._kernel_manager(),
+            timeout=settings.analysis.notebook_cell_timeout_seconds,
+            startup_timeout=120, allow_errors=False, record_timing=True,
+            on_cell_executed=self._count_rows)
+
+    def _kernel_manager(self) -> AsyncKernelManager:
+        # A kernelspec of our own under the state folder: nothing is installed in the
+        # user's Jupyter paths, and no other `python3` kernelspec can take its place.
+        kernels = self.work_dir / "kernels"
+        spec_dir = kernels / KERNEL_NAME
+        spec_dir.mkdir(parents=True, exist_ok=True)
+        (spec_dir / "kernel.json").write_text(json.dumps({
+            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "lakehouse (.venv)", "language": "python"}, indent=2))
+        specs = KernelSpecManager(kernel_dirs=[str(kernels)], ensure_native_kernel=False)
+        connection = self.work_dir / "runtime" / f"kernel-{self.source.stem}.json"
+        connection.parent.mkdir(parents=True, exist_ok=True)
+        return AsyncKernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=specs,
+                                  connection_file=str(connection))
+
+    def kernel_env(self) -> dict[str, str]:
+        """This process's environment (LAKEHOUSE_* overrides included) plus the profile, so
+        the notebook's `load_settings()` resolves the same configuration as the CLI."""
+        return {**os.environ, **QUIET_JUPYSQL_ENV,
+                "LAKEHOUSE_PROFILE": self.settings.profile,
+                "IPYTHONDIR": str(self.work_dir / "ipython"),
+                "JUPYTER_RUNTIME_DIR": str(self.work_dir / "runtime"),
+                "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+
+    async def _ask(self, code: str, expression: str | None = None) -> dict[str, Any]:
+        """Run `code` silently in the kernel; returns the value of `expression` (text)."""
+        kc = self.client.kc
+        assert kc is not None
+        expressions = {"value": expression} if expression else {}
+        msg_id = await ensure_async(kc.execute(code, silent=True, store_history=False,
+                                               user_expressions=expressions))
+        reply = await self.client.async_wait_for_reply(msg_id)
+        content = (reply or {}).get("content", {})
+        return content.get("user_expressions", {}).get("value", {})
+
+    async def _count_rows(self, cell: NotebookNode, cell_index: int,
+                          execute_reply: dict[str, Any]) -> None:
+        if not is_sql_cell(cell) or execute_reply["content"].get("status") != "ok":
+            return
+        count = execute_reply["content"]["execution_count"]
+        answer = await self._ask("", f"len(Out[{count}]) if {count} in Out else -1")
+        text = answer.get("data", {}).get("text/plain", "")
+        rows = int(text) if answer.get("status") == "ok" and text.lstrip("-").isdigit() else -1
+        self.sql_rows[cell_index] = rows
+        cell.metadata[ROWS_METADATA] = {"sql_rows": rows}
+        if rows < 1:
+            what = "no rows" if rows == 0 else "no result set"
+            self.empty.append(f"cell {cell_index} ({_first_line(cell)}) returned {what}")
+
+    async def execute(self) -> None:
+        km = self.client.km
+        assert km is not None
+        try:
+            await self.client.async_execute(env=self.kernel_env(), cwd=str(self.work_dir))
+            await self._ask(_STOP_SPARK)
+        finally:
+            if self.client.kc is not None:
+                self.client.kc.stop_channels()
+            if km.has_kernel:
+                await km.shutdown_kernel(now=False)
+
+
+def _failed_cell(notebook: NotebookNode) -> str:
+    """Index and first line of the cell that raised (the last one with an error output)."""
+    for index, cell in reversed(list(enumerate(notebook.cells))):
+        if any(out.get("output_type") == "error" for out in cell.get("outputs", [])):
+            return f"cell {index} ({_first_line(cell)})"
+    return "a cell"
+
+
+def _error_summary(exc: Exception, notebook: NotebookNode) -> str:
+    if isinstance(exc, CellExecutionError):
+        detail = f"{exc.ename}: {exc.evalue}".strip(": ")
+        return f"{_failed_cell(notebook)} raised {detail or 'an error'}"
+    if isinstance(exc, CellTimeoutError):
+        return f"a cell ran longer than the cell timeout: {exc}"
+    if isinstance(exc, DeadKernelError):
+        return "the kernel died"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def render_html(notebook: NotebookNode, target: Path) -> Path:
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter().from_notebook_node(notebook)
+    target.write_text(body, encoding="utf-8")
+    return target
+
+
+def run_notebook(settings: Settings, source: Path, *, html: bool = True) -> NotebookResult:
+    """Execute one notebook; writes the executed .ipynb (and .html) to
+    <state>/notebooks/ even when it fails, so the failing cell's output can be read."""
+    out_dir = settings.state_path / "notebooks"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run = _NotebookRun(settings, source, out_dir)
+    result = NotebookResult(name=source.stem, source=source,
+                            executed=out_dir / source.name, html=None,
+                            cells=len(run.notebook.cells))
+    began = time.perf_counter()
+    try:
+        asyncio.run(run.execute())
+    except Exception as exc:  # any failure is reported with the notebook named
+        result.error = _error_summary(exc, run.notebook)
+    result.seconds = round(time.perf_counter() - began, 1)
+    result.sql_rows = run.sql_rows
+    if result.error is None and run.empty:
+        result.error = "; ".join(run.empty)
+    if result.error is None and not run.sql_rows:
+        result.error = "no %%sql cell ran"
+    nbformat.write(run.notebook, result.executed)
+    if html:
+        result.html = render_html(run.notebook, out_dir / f"{source.stem}.html")
+    return result
+
+
+def run_notebooks(settings: Settings, only: str | None, report: Report, *,
+                  html: bool = True) -> list[NotebookResult]:
+    """Every notebook (or the one named), one kernel each, in name order."""
+    paths = notebook_paths(settings, only)
+    if not paths:
+        folder = settings.project_path(settings.analysis.notebooks_dir)
+        raise NotebookError(f"no notebooks in {folder}")
+    results = []
+    for path in paths:
+        report(f"{path.stem}: running ({path})")
+        result = run_notebook(settings, path, html=html)
+        results.append(result)
+        rows = ", ".join(str(n) for n in result.sql_rows.values())
+        status = "ok" if result.ok else f"FAILED: {result.error}"
+        report(f"{result.name}: {status} in {result.seconds:.1f} s; {len(result.sql_rows)} SQL "
+               f"cells (rows: {rows or '-'}); {result.html or result.executed}")
+    return results

@@ -1,0 +1,50 @@
+"""`lakehouse notebooks`: run the SQL notebooks headless and render them as HTML."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from cli.context import settings_of
+
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _say(message: str) -> None:
+    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(message)}")
+
+
+@click.command()
+@click.option("--only", metavar="NAME", default=None,
+              help="Run only this notebook (file name with or without .ipynb).")
+@click.option("--no-html", is_flag=True, help="Skip the HTML rendering.")
+@click.pass_context
+def notebooks(ctx: click.Context, only: str | None, no_html: bool) -> None:
+    """Execute the SQL notebooks of `analysis.notebooks_dir` headless.
+
+    Each notebook runs in its own kernel on this project's Python with this command's
+    profile and LAKEHOUSE_* overrides; the first cell builds the SparkSession and registers
+    every lakehouse table and dbt mart as `global_temp.<name>` (run `lakehouse transform`
+    first for the marts). The executed notebooks and their HTML go to
+    <state_dir>/notebooks/. Exits 1 when a cell fails or a SQL cell returns no rows.
+    """
+    from analysis.notebooks import NotebookError, run_notebooks
+
+    settings = settings_of(ctx)
+    began = time.monotonic()
+    try:
+        results = run_notebooks(settings, only, _say, html=not no_html)
+    except NotebookError as exc:
+        console.print(f"[red]notebooks failed:[/red] {escape(str(exc))}")
+        sys.exit(1)
+    failed = [r for r in results if not r.ok]
+    for result in failed:
+        console.print(f"[red]notebook {result.name} failed:[/red] {escape(result.error or '')}"
+                      f"\n  executed notebook: {result.executed}")
+    summary = f"{len(results) - len(failed)}/{len(results)} notebooks ok"
+    _say(f"{summary} in {time.monotonic() - began:.0f} s")
+    sys.exit(1 if failed else 0)
