@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 
@@ -61,3 +62,48 @@ def transform(ctx: click.Context, select: tuple[str, ...], exclude: tuple[str, .
          + ", ".join(f"{step} {seconds:.1f} s" for step, seconds in result.seconds.items()))
     if timings_json:
         click.echo(json.dumps(result.seconds))
+
+
+@click.command()
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Port on 127.0.0.1 (default: analysis.docs_port of lakehouse.yaml).")
+@click.option("--no-generate", is_flag=True,
+              help="Serve the docs generated last time (no Spark, no `dbt docs generate`).")
+@click.pass_context
+def docs(ctx: click.Context, port: int | None, no_generate: bool) -> None:
+    """Generate the dbt docs site and serve it on 127.0.0.1 until Ctrl-C.
+
+    Generating starts Spark, registers the lakehouse views and runs `dbt docs generate`, so
+    the catalog shows the current columns of every table; the site is the model list, each
+    model's page and the lineage graph from the Kafka sources to the marts.
+    """
+    from analysis.dbt_project import DbtPaths, TransformError
+    from analysis.docs_site import DocsSite, DocsSiteError
+    from analysis.transform import TransformResult, analysis_session, generate_docs
+
+    settings = settings_of(ctx)
+    site = DocsSite(DbtPaths.of(settings).target_dir, port or settings.analysis.docs_port)
+    # SIGTERM and Ctrl-C both end the wait below with KeyboardInterrupt (Spark, stopped by
+    # then, leaves its own SIGINT handler installed).
+    previous = {sig: signal.signal(sig, signal.default_int_handler)
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        site.bind()
+        if not no_generate:
+            began = time.monotonic()
+            with analysis_session(settings, TransformResult(), _say) as (_, paths):
+                generate_docs(settings, paths, _say, TransformResult())
+            _say(f"docs generated in {time.monotonic() - began:.0f} s")
+        with site:
+            _say(f"dbt docs site at {site.url} (Ctrl-C stops)")
+            site.wait()
+    except (DocsSiteError, TransformError) as exc:
+        site.stop()
+        console.print(f"[red]docs failed:[/red] {escape(str(exc))}")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        site.stop()
+        _say("docs site stopped")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -12,7 +12,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from cli.analysis_commands import transform
+from cli.analysis_commands import docs, transform
 from cli.connectors_commands import connectors
 from cli.gold_commands import gold
 from cli.notebooks_commands import notebooks
@@ -155,13 +155,6 @@ def config_show(ctx: click.Context) -> None:
     click.echo(settings.model_dump_json(indent=2))
 
 
-def _planned(command: str, plan: str, issue: str) -> None:
-    """Commands whose work lands in a later issue: say what they will do, fail honestly."""
-    console.print(f"[yellow]`lakehouse {command}` is not built yet[/yellow] ({issue}).\n"
-                  f"It will: {plan}")
-    sys.exit(3)
-
-
 @cli.command()
 @click.option("--topic", "topics", multiple=True,
               help="Topic to ingest (repeatable). Default: every topic with the configured "
@@ -258,12 +251,6 @@ def ingest(ctx: click.Context, until_caught_up: bool, interval: str,
         sys.exit(1)
 
 
-@cli.command()
-def docs() -> None:
-    """Generate and serve the dbt docs site on loopback."""
-    _planned("docs", "generate the dbt docs and serve them on 127.0.0.1", "issue 6")
-
-
 cli.add_command(connectors)
 cli.add_command(rentals)
 cli.add_command(scrape)
@@ -273,6 +260,7 @@ cli.add_command(maintain)
 cli.add_command(silver)
 cli.add_command(gold)
 cli.add_command(transform)
+cli.add_command(docs)
 cli.add_command(notebooks)
 
 
