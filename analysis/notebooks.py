@@ -48,6 +48,7 @@ class NotebookResult:
     source: Path
     executed: Path
     html: Path | None
+    kernel_log: Path
     cells: int = 0
     sql_rows: dict[int, int] = field(default_factory=dict)  # cell index -> rows returned
     seconds: float = 0.0
@@ -105,7 +106,10 @@ class _NotebookRun:
         spec_dir = kernels / KERNEL_NAME
         spec_dir.mkdir(parents=True, exist_ok=True)
         (spec_dir / "kernel.json").write_text(json.dumps({
-            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            # Output of the JVM and Spark's Python workers goes to the kernel's log, not
+            # into the cells (ipykernel would forward everything written to fd 1/2).
+            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
+                     "--IPKernelApp.capture_fd_output=False"],
             "display_name": "lakehouse (.venv)", "language": "python"}, indent=2))
         specs = KernelSpecManager(kernel_dirs=[str(kernels)], ensure_native_kernel=False)
         connection = self.work_dir / "runtime" / f"kernel-{self.source.stem}.json"
@@ -147,11 +151,13 @@ class _NotebookRun:
             what = "no rows" if rows == 0 else "no result set"
             self.empty.append(f"cell {cell_index} ({_first_line(cell)}) returned {what}")
 
-    async def execute(self) -> None:
+    async def execute(self, kernel_log: Path) -> None:
         km = self.client.km
         assert km is not None
         try:
-            await self.client.async_execute(env=self.kernel_env(), cwd=str(self.work_dir))
+            with kernel_log.open("w") as log:
+                await self.client.async_execute(env=self.kernel_env(), cwd=str(self.work_dir),
+                                                stdout=log, stderr=log)
             await self._ask(_STOP_SPARK)
         finally:
             if self.client.kc is not None:
@@ -195,18 +201,19 @@ def run_notebook(settings: Settings, source: Path, *, html: bool = True) -> Note
     run = _NotebookRun(settings, source, out_dir)
     result = NotebookResult(name=source.stem, source=source,
                             executed=out_dir / source.name, html=None,
+                            kernel_log=out_dir / f"{source.stem}.kernel.log",
                             cells=len(run.notebook.cells))
     began = time.perf_counter()
     try:
-        asyncio.run(run.execute())
+        asyncio.run(run.execute(result.kernel_log))
     except Exception as exc:  # any failure is reported with the notebook named
         result.error = _error_summary(exc, run.notebook)
     result.seconds = round(time.perf_counter() - began, 1)
     result.sql_rows = run.sql_rows
-    if result.error is None and run.empty:
-        result.error = "; ".join(run.empty)
-    if result.error is None and not run.sql_rows:
-        result.error = "no %%sql cell ran"
+    problems = [*run.empty, *([result.error] if result.error else [])]
+    if not problems and not run.sql_rows:
+        problems.append("no %%sql cell ran")
+    result.error = "; ".join(problems) or None
     nbformat.write(run.notebook, result.executed)
     if html:
         result.html = render_html(run.notebook, out_dir / f"{source.stem}.html")

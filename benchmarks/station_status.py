@@ -120,6 +120,11 @@ def reset_topic(settings: Settings, partitions: int, report: Any) -> str:
 def remove_run(lake: Settings, report: Any) -> None:
     """Delete the run's topic, tables and checkpoints (the result JSON is what stays)."""
     delete_topic(lake, report)
+    remove_tables(lake, report)
+
+
+def remove_tables(lake: Settings, report: Any) -> None:
+    """Delete the run's tables (everything under its tables prefix) and checkpoints."""
     shutil.rmtree(lake.checkpoint_root, ignore_errors=True)
     s3 = s3_client(lake, timeout=30)
     prefix = lake.lakehouse.tables_prefix.strip("/") + "/"

@@ -44,7 +44,8 @@ def notebooks(ctx: click.Context, only: str | None, no_html: bool) -> None:
     failed = [r for r in results if not r.ok]
     for result in failed:
         console.print(f"[red]notebook {result.name} failed:[/red] {escape(result.error or '')}"
-                      f"\n  executed notebook: {result.executed}")
+                      f"\n  executed notebook: {result.executed}"
+                      f"\n  kernel log (Spark): {result.kernel_log}")
     summary = f"{len(results) - len(failed)}/{len(results)} notebooks ok"
     _say(f"{summary} in {time.monotonic() - began:.0f} s")
     sys.exit(1 if failed else 0)

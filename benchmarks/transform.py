@@ -1,0 +1,108 @@
+"""Transform: how long `lakehouse transform` (what `make transform` runs) takes on the
+reference data after a continuous ingest of BENCH_TRANSFORM_INGEST_SECONDS (default 600),
+split into Spark start, view registration, dbt build, source freshness and docs
+generation. A second transform right after, with nothing new to read, is measured in the
+same run as the baseline of fixed costs (ratio = first / second). Needs the embedded stack
+(the `test` profile's ports; started and stopped here); the run's tables are removed after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from deltalake import DeltaTable
+
+from benchmarks.machine import machine_info
+from benchmarks.station_status import PROFILE, remove_tables, run_lake, running_stack
+from lakehouse.storage import storage_options, table_uri
+from settings import Settings, load_settings
+
+INGEST_SECONDS = float(os.environ.get("BENCH_TRANSFORM_INGEST_SECONDS", "600"))
+MARTS = ("dim_station", "fct_rentals_daily", "fct_station_status_observations",
+         "fct_station_availability_hourly")
+INPUTS = ("silver_station_information", "silver_station_status", "silver_rentals",
+          "silver_weather_hourly")
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cli.main", "--profile", PROFILE, *args]
+
+
+def _rows(lake: Settings, name: str) -> int:
+    uri = table_uri(lake, name)
+    table = DeltaTable(uri, storage_options=storage_options(lake, uri))
+    rows = table.to_pyarrow_dataset().count_rows()
+    del table
+    return rows
+
+
+def _ingest(env: dict[str, str], log: Path, report: Any) -> None:
+    """Continuous ingest for INGEST_SECONDS, stopped with Ctrl-C, then drained."""
+    report(f"ingest (continuous) for {INGEST_SECONDS:.0f} s; log {log}")
+    with log.open("w") as out:
+        process = subprocess.Popen(_cli("ingest"), env=env, cwd=PROJECT_DIR, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        began = time.monotonic()
+        while time.monotonic() - began < INGEST_SECONDS and process.poll() is None:
+            time.sleep(min(30.0, INGEST_SECONDS - (time.monotonic() - began)) or 0.1)
+            report(f"  ingesting: {time.monotonic() - began:.0f} s")
+        if process.poll() is not None:
+            raise RuntimeError(f"ingest exited early ({process.returncode}); see {log}")
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(timeout=180)
+    report("draining what is left (ingest --until-caught-up)")
+    drained = subprocess.run(_cli("ingest", "--until-caught-up"), env=env, cwd=PROJECT_DIR,
+                             capture_output=True, text=True, timeout=1800)
+    if drained.returncode != 0:
+        raise RuntimeError(f"caught-up ingest failed:\n{drained.stderr[-3000:]}")
+
+
+def _transform(env: dict[str, str]) -> dict[str, Any]:
+    began = time.perf_counter()
+    result = subprocess.run(_cli("transform", "--timings-json"), env=env, cwd=PROJECT_DIR,
+                            capture_output=True, text=True, timeout=1800)
+    wall = time.perf_counter() - began
+    if result.returncode != 0:
+        raise RuntimeError(f"transform failed:\n{result.stderr[-3000:]}")
+    steps = json.loads(result.stdout.strip().splitlines()[-1])
+    return {"command_seconds": round(wall, 2), "steps_seconds": steps,
+            "other_seconds": round(wall - sum(steps.values()), 2)}
+
+
+def run(report: Any = print) -> dict[str, Any]:
+    settings = load_settings(PROFILE)
+    with running_stack():
+        lake = run_lake(settings, "transform")
+        env = {**os.environ,
+               "LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": lake.lakehouse.tables_prefix,
+               "LAKEHOUSE_LAKEHOUSE__CHECKPOINT_DIR": lake.lakehouse.checkpoint_dir}
+        try:
+            _ingest(env, settings.state_path / "bench" / "transform-ingest.log", report)
+            inputs = {name: _rows(lake, name) for name in INPUTS}
+            report(f"transform over {inputs}")
+            first = _transform(env)
+            report(f"first transform: {first}")
+            second = _transform(env)
+            report(f"second transform (nothing new): {second}")
+            marts = {name: _rows(lake, name) for name in MARTS}
+        finally:
+            remove_tables(lake, report)
+    return {
+        "benchmark": "transform",
+        "ingest_seconds": INGEST_SECONDS,
+        "input_rows": inputs,
+        "mart_rows": marts,
+        "transform": first,
+        "baseline_transform_nothing_new": second,
+        "ratio_first_to_baseline": round(first["command_seconds"]
+                                         / second["command_seconds"], 2),
+        "machine": machine_info(),
+    }
