@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from analysis.dbt_project import DbtOutcome, DbtPaths, TransformError, prepare_project, run_dbt
-from analysis.lakehouse_views import register_lakehouse_views
+from analysis.lakehouse_views import lakehouse_table_names, register_lakehouse_views
 from settings import Settings
 
 Report = Callable[[str], None]
@@ -51,6 +51,14 @@ def analysis_session(settings: Settings, result: TransformResult,
     from spark_streaming.session import build_spark_session
 
     paths = prepare_project(settings)
+    try:
+        tables = lakehouse_table_names(settings)
+    except OSError as exc:
+        raise TransformError(f"cannot list the lakehouse tables at {settings.tables_uri} "
+                             f"({exc}); is the stack up (`make up`)?") from exc
+    if not tables:
+        raise TransformError(f"no Delta tables under {settings.tables_uri}: run `make ingest` "
+                             "(or `lakehouse ingest --until-caught-up`) first")
     with _timed(result, "spark_start"):
         spark = build_spark_session(settings, app_name="lakehouse-transform")
     try:

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
 from analysis.dbt_project import DbtPaths
+from infra.stack import Stack
 from lakehouse.storage import storage_options, table_uri
 from settings import Settings
 from spark_streaming.delta_source.table import try_open
@@ -121,3 +122,12 @@ def test_duplicate_key_in_a_marts_input_fails_the_build(
             "__valid_from") in output
     dim_uri = table_uri(planted, "dim_station")
     assert try_open(dim_uri, storage_options(planted, dim_uri)) is None
+
+
+def test_transform_without_tables_says_to_ingest_first(stack: Stack) -> None:
+    """Nothing ingested under the prefix: a clear error before Spark starts."""
+    result = run_cli("transform", env={"LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX":
+                                       f"test-empty/{uuid.uuid4().hex[:10]}"})
+    assert result.returncode == 1
+    assert "no Delta tables under s3://" in result.stderr
+    assert "make ingest" in result.stderr
