@@ -85,7 +85,9 @@ def run(report: Any = print) -> dict[str, Any]:
                "LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": lake.lakehouse.tables_prefix,
                "LAKEHOUSE_LAKEHOUSE__CHECKPOINT_DIR": lake.lakehouse.checkpoint_dir}
         try:
-            _ingest(env, settings.state_path / "bench" / "transform-ingest.log", report)
+            log = settings.state_path / "bench" / "transform-ingest.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            _ingest(env, log, report)
             inputs = {name: _rows(lake, name) for name in INPUTS}
             report(f"transform over {inputs}")
             first = _transform(env)
