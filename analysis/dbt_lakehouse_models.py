@@ -49,12 +49,20 @@ def _topic_source(definition: TableDefinition, owner: TopicOwner | None) -> dict
         meta.update(owner.as_meta())
     return {
         "name": kafka_table_name(topic),
-        "description": f"Kafka topic `{topic}`, written by {producer}. Freshness is the age "
-                       f"of the newest record landed in `{definition.name}`.",
+        # read through its raw landing table: the records as the topic held them
+        "identifier": definition.name,
+        "description": f"Kafka topic `{topic}`, written by {producer}, as landed raw in "
+                       f"`{definition.name}`. Freshness is the age of the newest record.",
         "meta": meta,
-        "loaded_at_query": f"select max(kafka_timestamp) from {VIEW_SCHEMA}.{definition.name}",
+        "loaded_at_field": "kafka_timestamp",
         "freshness": {k: dict(v) for k, v in FRESHNESS.items()},  # no YAML anchors
+        "columns": _columns(definition),
     }
+
+
+def _columns(definition: TableDefinition) -> list[dict[str, str]]:
+    return [{"name": c.name, "description": c.description, "data_type": c.type}
+            for c in definition.columns]
 
 
 def _model_entry(definition: TableDefinition) -> dict[str, Any]:
@@ -72,8 +80,7 @@ def _model_entry(definition: TableDefinition) -> dict[str, Any]:
            else ""),
         "config": {"materialized": "lakehouse_stream", "tags": ["lakehouse", definition.layer],
                    "meta": meta},
-        "columns": [{"name": c.name, "description": c.description, "data_type": c.type}
-                    for c in definition.columns],
+        "columns": _columns(definition),
     }
     if definition.unique_key and definition.layer in TESTED_LAYERS:
         entry["data_tests"] = [{"lakehouse_unique_combination": {

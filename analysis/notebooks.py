@@ -158,9 +158,11 @@ class _NotebookRun:
             with kernel_log.open("w") as log:
                 await self.client.async_execute(env=self.kernel_env(), cwd=str(self.work_dir),
                                                 stdout=log, stderr=log)
-            await self._ask(_STOP_SPARK)
         finally:
+            # The client does not own the kernel manager: stop Spark, then the kernel.
             if self.client.kc is not None:
+                if await km.is_alive():
+                    await self._ask(_STOP_SPARK)
                 self.client.kc.stop_channels()
             if km.has_kernel:
                 await km.shutdown_kernel(now=False)
