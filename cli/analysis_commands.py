@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from analysis.docs_site import DocsSite, DocsSiteError
 from cli.context import settings_of
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -78,25 +79,18 @@ def docs(ctx: click.Context, port: int | None, no_generate: bool) -> None:
     model's page and the lineage graph from the Kafka sources to the marts.
     """
     from analysis.dbt_project import DbtPaths, TransformError
-    from analysis.docs_site import DocsSite, DocsSiteError
     from analysis.transform import TransformResult, analysis_session, generate_docs
 
     settings = settings_of(ctx)
     site = DocsSite(DbtPaths.of(settings).target_dir, port or settings.analysis.docs_port)
-    # SIGTERM and Ctrl-C both end the wait below with KeyboardInterrupt (Spark, stopped by
-    # then, leaves its own SIGINT handler installed).
-    previous = {sig: signal.signal(sig, signal.default_int_handler)
-                for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        site.bind()
+        site.bind()  # a taken port fails before Spark starts
         if not no_generate:
             began = time.monotonic()
             with analysis_session(settings, TransformResult(), _say) as (_, paths):
                 generate_docs(settings, paths, _say, TransformResult())
             _say(f"docs generated in {time.monotonic() - began:.0f} s")
-        with site:
-            _say(f"dbt docs site at {site.url} (Ctrl-C stops)")
-            site.wait()
+        _serve_until_interrupted(site)
     except (DocsSiteError, TransformError) as exc:
         site.stop()
         console.print(f"[red]docs failed:[/red] {escape(str(exc))}")
@@ -104,6 +98,17 @@ def docs(ctx: click.Context, port: int | None, no_generate: bool) -> None:
     except KeyboardInterrupt:
         site.stop()
         _say("docs site stopped")
+
+
+def _serve_until_interrupted(site: DocsSite) -> None:
+    """Serve until Ctrl-C or SIGTERM, both raising KeyboardInterrupt here (the SIGINT handler
+    pyspark installed for the generating session outlives it and fails once it stopped)."""
+    previous = {sig: signal.signal(sig, signal.default_int_handler)
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with site:
+            _say(f"dbt docs site at {site.url} (Ctrl-C stops)")
+            site.wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
