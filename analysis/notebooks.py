@@ -93,11 +93,12 @@ class _NotebookRun:
         self.notebook = nbformat.read(source, as_version=4)
         self.sql_rows: dict[int, int] = {}
         self.empty: list[str] = []
+        self.current_cell = -1  # index of the cell running or last run
         self.client = NotebookClient(
             self.notebook, km=self._kernel_manager(),
             timeout=settings.analysis.notebook_cell_timeout_seconds,
             startup_timeout=120, allow_errors=False, record_timing=True,
-            on_cell_executed=self._count_rows)
+            on_cell_execute=self._started, on_cell_executed=self._count_rows)
 
     def _kernel_manager(self) -> AsyncKernelManager:
         # A kernelspec of our own under the state folder: nothing is installed in the
@@ -137,6 +138,14 @@ class _NotebookRun:
         content = (reply or {}).get("content", {})
         return content.get("user_expressions", {}).get("value", {})
 
+    def _started(self, cell: NotebookNode, cell_index: int) -> None:
+        self.current_cell = cell_index
+
+    def describe_cell(self, index: int) -> str:
+        if 0 <= index < len(self.notebook.cells):
+            return f"cell {index} ({_first_line(self.notebook.cells[index])})"
+        return "a cell"
+
     async def _count_rows(self, cell: NotebookNode, cell_index: int,
                           execute_reply: dict[str, Any]) -> None:
         if not is_sql_cell(cell) or execute_reply["content"].get("status") != "ok":
@@ -149,7 +158,7 @@ class _NotebookRun:
         cell.metadata[ROWS_METADATA] = {"sql_rows": rows}
         if rows < 1:
             what = "no rows" if rows == 0 else "no result set"
-            self.empty.append(f"cell {cell_index} ({_first_line(cell)}) returned {what}")
+            self.empty.append(f"{self.describe_cell(cell_index)} returned {what}")
 
     async def execute(self, kernel_log: Path) -> None:
         km = self.client.km
@@ -168,20 +177,16 @@ class _NotebookRun:
                 await km.shutdown_kernel(now=False)
 
 
-def _failed_cell(notebook: NotebookNode) -> str:
-    """Index and first line of the cell that raised (the last one with an error output)."""
-    for index, cell in reversed(list(enumerate(notebook.cells))):
-        if any(out.get("output_type") == "error" for out in cell.get("outputs", [])):
-            return f"cell {index} ({_first_line(cell)})"
-    return "a cell"
-
-
-def _error_summary(exc: Exception, notebook: NotebookNode) -> str:
+def _error_summary(exc: Exception, run: _NotebookRun) -> str:
+    """One line naming the cell; the full traceback is in the executed notebook."""
+    cell = run.describe_cell(run.current_cell)
     if isinstance(exc, CellExecutionError):
-        detail = f"{exc.ename}: {exc.evalue}".strip(": ")
-        return f"{_failed_cell(notebook)} raised {detail or 'an error'}"
+        first_line = (exc.evalue or "").strip().splitlines()[:1]
+        detail = ": ".join([exc.ename, *first_line]) if exc.ename else "an error"
+        return f"{cell} raised {detail}"
     if isinstance(exc, CellTimeoutError):
-        return f"a cell ran longer than the cell timeout: {exc}"
+        timeout = run.settings.analysis.notebook_cell_timeout_seconds
+        return f"{cell} ran longer than {timeout} s (analysis.notebook_cell_timeout_seconds)"
     if isinstance(exc, DeadKernelError):
         return "the kernel died"
     return f"{type(exc).__name__}: {exc}"
@@ -209,7 +214,7 @@ def run_notebook(settings: Settings, source: Path, *, html: bool = True) -> Note
     try:
         asyncio.run(run.execute(result.kernel_log))
     except Exception as exc:  # any failure is reported with the notebook named
-        result.error = _error_summary(exc, run.notebook)
+        result.error = _error_summary(exc, run)
     result.seconds = round(time.perf_counter() - began, 1)
     result.sql_rows = run.sql_rows
     problems = [*run.empty, *([result.error] if result.error else [])]
@@ -235,7 +240,7 @@ def run_notebooks(settings: Settings, only: str | None, report: Report, *,
         result = run_notebook(settings, path, html=html)
         results.append(result)
         rows = ", ".join(str(n) for n in result.sql_rows.values())
-        status = "ok" if result.ok else f"FAILED: {result.error}"
-        report(f"{result.name}: {status} in {result.seconds:.1f} s; {len(result.sql_rows)} SQL "
-               f"cells (rows: {rows or '-'}); {result.html or result.executed}")
+        report(f"{result.name}: {'ok' if result.ok else 'FAILED'} in {result.seconds:.1f} s; "
+               f"{len(result.sql_rows)} SQL cells returned rows: {rows or '-'}; "
+               f"{result.html or result.executed}")
     return results
