@@ -10,8 +10,10 @@ row. The count is written into the executed notebook as cell metadata `lakehouse
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -94,11 +96,14 @@ class _NotebookRun:
         self.sql_rows: dict[int, int] = {}
         self.empty: list[str] = []
         self.current_cell = -1  # index of the cell running or last run
+        self.interrupted = False
+        self._interrupting: asyncio.Future[Any] | None = None
         self.client = NotebookClient(
             self.notebook, km=self._kernel_manager(),
             timeout=settings.analysis.notebook_cell_timeout_seconds,
             startup_timeout=120, allow_errors=False, record_timing=True,
-            on_cell_execute=self._started, on_cell_executed=self._count_rows)
+            on_notebook_start=self._take_signals, on_cell_execute=self._started,
+            on_cell_executed=self._count_rows)
 
     def _kernel_manager(self) -> AsyncKernelManager:
         # A kernelspec of our own under the state folder: nothing is installed in the
@@ -138,6 +143,19 @@ class _NotebookRun:
         content = (reply or {}).get("content", {})
         return content.get("user_expressions", {}).get("value", {})
 
+    def _take_signals(self, notebook: NotebookNode) -> None:
+        # nbclient's own handlers tear the kernel down under the running cell; ours
+        # interrupt the cell, then `execute` stops Spark and the kernel in order.
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, self._interrupt)
+
+    def _interrupt(self) -> None:
+        self.interrupted = True
+        if self.client.km is not None:
+            self._interrupting = asyncio.ensure_future(
+                ensure_async(self.client.km.interrupt_kernel()))
+
     def _started(self, cell: NotebookNode, cell_index: int) -> None:
         self.current_cell = cell_index
 
@@ -170,8 +188,9 @@ class _NotebookRun:
         finally:
             # The client does not own the kernel manager: stop Spark, then the kernel.
             if self.client.kc is not None:
-                if await km.is_alive():
-                    await self._ask(_STOP_SPARK)
+                with contextlib.suppress(Exception):
+                    if await km.is_alive():
+                        await asyncio.wait_for(self._ask(_STOP_SPARK), timeout=60)
                 self.client.kc.stop_channels()
             if km.has_kernel:
                 await km.shutdown_kernel(now=False)
@@ -215,6 +234,8 @@ def run_notebook(settings: Settings, source: Path, *, html: bool = True) -> Note
         asyncio.run(run.execute(result.kernel_log))
     except Exception as exc:  # any failure is reported with the notebook named
         result.error = _error_summary(exc, run)
+    if run.interrupted:
+        raise KeyboardInterrupt
     result.seconds = round(time.perf_counter() - began, 1)
     result.sql_rows = run.sql_rows
     problems = [*run.empty, *([result.error] if result.error else [])]

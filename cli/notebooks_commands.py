@@ -41,6 +41,9 @@ def notebooks(ctx: click.Context, only: str | None, no_html: bool) -> None:
     except NotebookError as exc:
         console.print(f"[red]notebooks failed:[/red] {escape(str(exc))}")
         sys.exit(1)
+    except KeyboardInterrupt:
+        console.print("interrupted: the running notebook's kernel and Spark were stopped")
+        sys.exit(130)
     failed = [r for r in results if not r.ok]
     for result in failed:
         console.print(f"[red]notebook {result.name} failed:[/red] {escape(result.error or '')}"
