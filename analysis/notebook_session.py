@@ -4,33 +4,11 @@ lakehouse table (and dbt mart) registered as a `global_temp` view, ready for jup
 from __future__ import annotations
 
 import os
-import sys
-import types
 
 from pyspark.sql import SparkSession
 
 # jupysql and ploomber-core ask a usage-statistics service and PyPI unless told not to.
 QUIET_JUPYSQL_ENV = {"PLOOMBER_STATS_ENABLED": "false", "PLOOMBER_VERSION_CHECK_DISABLED": "true"}
-
-
-def allow_jupysql_without_spark_connect() -> None:
-    """Let `import sql` (jupysql) succeed without the Spark Connect client packages.
-
-    jupysql 0.11.1 imports pyspark.sql.connect.dataframe and only tolerates a
-    ModuleNotFoundError; pyspark 4.1 raises PySparkImportError there when grpcio is not
-    installed (it is not: this project uses classic Spark only). A placeholder module
-    without a DataFrame class stands in; pyspark imports that module only in Spark
-    Connect (remote) code paths, which a classic session never takes.
-    """
-    name = "pyspark.sql.connect.dataframe"
-    if name in sys.modules:
-        return
-    try:
-        __import__(name)
-    except ImportError:
-        placeholder = types.ModuleType(name, "Spark Connect is not installed (no grpcio).")
-        placeholder.DataFrame = None  # type: ignore[attr-defined]
-        sys.modules[name] = placeholder
 
 
 def lakehouse_spark(app_name: str = "lakehouse-notebook") -> SparkSession:
@@ -42,7 +20,6 @@ def lakehouse_spark(app_name: str = "lakehouse-notebook") -> SparkSession:
 
     for key, value in QUIET_JUPYSQL_ENV.items():
         os.environ.setdefault(key, value)
-    allow_jupysql_without_spark_connect()
     settings = load_settings()
     spark = build_spark_session(settings, app_name=app_name)
     names = register_lakehouse_views(spark, settings)
