@@ -16,7 +16,9 @@ from typing import Any
 import yaml
 
 from analysis.dbt_lakehouse_models import VIEW_SCHEMA, write_lakehouse_project_files
-from settings import Settings
+from connectors.connect_config import ConnectorFileError
+from connectors.scrapers.source_config import SourceConfigError
+from settings import ConfigError, Settings
 
 DBT_PROFILE_NAME = "lakehouse"  # `profile:` in dbt/dbt_project.yml
 
@@ -76,7 +78,10 @@ def prepare_project(settings: Settings) -> DbtPaths:
     if not (paths.project_dir / "dbt_project.yml").is_file():
         raise TransformError(f"{paths.project_dir}: no dbt_project.yml (setting "
                              "analysis.dbt_project_dir in lakehouse.yaml)")
-    write_lakehouse_project_files(settings, paths.project_dir)
+    try:
+        write_lakehouse_project_files(settings, paths.project_dir)
+    except (ConfigError, SourceConfigError, ConnectorFileError) as exc:
+        raise TransformError(f"cannot generate the dbt models of the lakehouse: {exc}") from exc
     write_profile(settings, paths)
     return paths
 
@@ -93,6 +98,8 @@ def run_dbt(settings: Settings, paths: DbtPaths, command: list[str]) -> DbtOutco
     args = ["--log-path", str(paths.log_dir), "--no-use-colors", *command,
             *_common_args(settings, paths)]
     result = dbtRunner().invoke(args)
+    if isinstance(result.exception, KeyboardInterrupt):  # dbt catches BaseException
+        raise result.exception
     outcome = DbtOutcome(command=" ".join(command), success=bool(result.success))
     results = getattr(result.result, "results", None) or []
     for item in results:

@@ -8,7 +8,7 @@ import re
 from pyarrow import fs as pafs
 from pyspark.sql import SparkSession
 
-from lakehouse.storage import storage_options
+from lakehouse.storage import storage_options, table_uri
 from settings import Settings
 from spark_streaming.delta_source import register_table_view
 from spark_streaming.delta_source.filesystem import arrow_filesystem, join
@@ -34,6 +34,6 @@ def register_lakehouse_views(spark: SparkSession, settings: Settings) -> list[st
     """CREATE OR REPLACE GLOBAL TEMPORARY VIEW <name> for each table; returns the names."""
     names = lakehouse_table_names(settings)
     for name in names:
-        register_table_view(spark, name, f"{settings.tables_uri}/{name}", global_view=True,
+        register_table_view(spark, name, table_uri(settings, name), global_view=True,
                             profile=settings.profile)
     return names

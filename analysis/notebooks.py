@@ -157,6 +157,8 @@ class _NotebookRun:
                 ensure_async(self.client.km.interrupt_kernel()))
 
     def _started(self, cell: NotebookNode, cell_index: int) -> None:
+        if self.interrupted:  # Ctrl-C between cells: run no further cell
+            raise KeyboardInterrupt
         self.current_cell = cell_index
 
     def describe_cell(self, index: int) -> str:

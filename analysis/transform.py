@@ -83,14 +83,15 @@ def transform(settings: Settings, dbt_args: list[str], report: Report, *,
             outcome = run_dbt(settings, paths, ["build", *dbt_args])
             result.outcomes.append(outcome)
             _check(outcome, report)
+        # docs first: a stale source fails the command, but the site still gets built
+        if docs:
+            with _timed(result, "docs_generate"):
+                generate_docs(settings, paths, report, result)
         if freshness:
             with _timed(result, "source_freshness"):
                 outcome = run_dbt(settings, paths, ["source", "freshness"])
                 result.outcomes.append(outcome)
                 _check(outcome, report)
-        if docs:
-            with _timed(result, "docs_generate"):
-                generate_docs(settings, paths, report, result)
     return result
 
 

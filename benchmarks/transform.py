@@ -50,19 +50,32 @@ def _ingest(env: dict[str, str], log: Path, report: Any) -> None:
     with log.open("w") as out:
         process = subprocess.Popen(_cli("ingest"), env=env, cwd=PROJECT_DIR, stdout=out,
                                    stderr=subprocess.STDOUT, start_new_session=True)
-        began = time.monotonic()
-        while time.monotonic() - began < INGEST_SECONDS and process.poll() is None:
-            time.sleep(min(30.0, INGEST_SECONDS - (time.monotonic() - began)) or 0.1)
-            report(f"  ingesting: {time.monotonic() - began:.0f} s")
-        if process.poll() is not None:
-            raise RuntimeError(f"ingest exited early ({process.returncode}); see {log}")
-        os.killpg(process.pid, signal.SIGINT)
-        process.wait(timeout=180)
+        try:
+            began = time.monotonic()
+            while time.monotonic() - began < INGEST_SECONDS and process.poll() is None:
+                time.sleep(min(30.0, INGEST_SECONDS - (time.monotonic() - began)) or 0.1)
+                report(f"  ingesting: {time.monotonic() - began:.0f} s")
+            if process.poll() is not None:
+                raise RuntimeError(f"ingest exited early ({process.returncode}); see {log}")
+        finally:
+            _stop(process)
     report("draining what is left (ingest --until-caught-up)")
     drained = subprocess.run(_cli("ingest", "--until-caught-up"), env=env, cwd=PROJECT_DIR,
                              capture_output=True, text=True, timeout=1800)
     if drained.returncode != 0:
         raise RuntimeError(f"caught-up ingest failed:\n{drained.stderr[-3000:]}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """Ctrl-C to the ingest's process group (clean stop), SIGKILL if it does not end."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=180)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def _transform(env: dict[str, str]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ def _say(message: str) -> None:
     console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(message)}")
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+@click.command()
 @click.option("--select", "-s", "select", multiple=True,
               help="dbt node selection (repeatable), e.g. `marts` or `+dim_station`.")
 @click.option("--exclude", multiple=True, help="dbt nodes to leave out (repeatable).")
@@ -31,16 +31,19 @@ def _say(message: str) -> None:
 @click.option("--no-freshness", is_flag=True, help="Skip `dbt source freshness`.")
 @click.option("--timings-json", is_flag=True,
               help="Print the seconds of each step as one JSON line on stdout at the end.")
+@click.argument("dbt_build_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def transform(ctx: click.Context, select: tuple[str, ...], exclude: tuple[str, ...],
               full_refresh: bool, no_docs: bool, no_freshness: bool,
-              timings_json: bool) -> None:
+              timings_json: bool, dbt_build_args: tuple[str, ...]) -> None:
     """Build the dbt models over the lakehouse tables (`dbt build`: models and tests).
 
     Starts Spark, registers every Delta table under the lakehouse root as a view in
     `global_temp`, generates dbt/models/lakehouse from the table definitions, then runs
     `dbt build`, `dbt source freshness` and `dbt docs generate` in this process. Marts are
     Delta tables next to the lakehouse tables. Exits 1 when a model or test fails.
+
+    More `dbt build` options go after `--`, e.g. `lakehouse transform -- --fail-fast`.
     """
     from analysis.dbt_project import TransformError
     from analysis.transform import transform as run_transform
@@ -52,6 +55,7 @@ def transform(ctx: click.Context, select: tuple[str, ...], exclude: tuple[str, .
             args += [flag, *values]
     if full_refresh:
         args.append("--full-refresh")
+    args += dbt_build_args
     began = time.monotonic()
     try:
         result = run_transform(settings, args, _say, docs=not no_docs,

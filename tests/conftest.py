@@ -91,7 +91,7 @@ class IngestedLakehouse:
 def ingested_lakehouse(stack: Stack, settings: Settings,
                        tmp_path_factory: pytest.TempPathFactory) -> IngestedLakehouse:
     """`lakehouse ingest --until-caught-up` once per test session (shared by the ingest,
-    transform, docs and notebook tests; none of them writes to its tables)."""
+    transform, docs and notebook tests; only the transform adds tables, the marts)."""
     prefix = f"test-ingest/{uuid.uuid4().hex[:10]}"
     checkpoints = str(tmp_path_factory.mktemp("ingest") / "checkpoints")
     env = {"LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": prefix,

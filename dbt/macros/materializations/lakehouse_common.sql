@@ -4,6 +4,7 @@
   data source views (CREATE TABLE ... USING cannot pass options to a Python data source,
   see DESIGN.md), and a permanent view may not reference a temporary one. -#}
 
+{#- Mirrors lakehouse.storage.table_uri: <tables_uri>/<name>. -#}
 {% macro lakehouse_table_uri(identifier) -%}
   {{ return(var('lakehouse_tables_uri') ~ '/' ~ identifier) }}
 {%- endmacro %}
@@ -34,7 +35,7 @@
   {%- for row in described.rows -%}
     {%- if row[0] and not row[0].startswith('#') -%}
       {%- do columns.append((row[0], row[1])) -%}
-    {%- elif row[0].startswith('#') -%}
+    {%- elif (row[0] or '').startswith('#') -%}
       {%- break -%}
     {%- endif -%}
   {%- endfor -%}

@@ -18,7 +18,13 @@ select
     s.ingested_at
 from {{ ref('stg_gbfs__station_status') }} as s
 left join {{ ref('dim_station') }} as d
-    on d.system_id = s.system_id and d.station_id = s.station_id and d.is_current
+    on d.system_id = s.system_id
+    and d.station_id = s.station_id
+    -- the station version valid when the status was reported (same on any rebuild)
+    and s.reported_at >= d.valid_from
+    and (d.valid_to is null or s.reported_at < d.valid_to)
 {% if is_incremental() %}
-where s.ingested_at > (select max(ingested_at) from {{ this }})
+where s.ingested_at > (
+    select coalesce(max(ingested_at), timestamp'1970-01-01 00:00:00') from {{ this }}
+)
 {% endif %}
