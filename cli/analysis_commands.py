@@ -23,7 +23,8 @@ def _say(message: str) -> None:
 
 @click.command()
 @click.option("--select", "-s", "select", multiple=True,
-              help="dbt node selection (repeatable), e.g. `marts` or `+dim_station`.")
+              help="dbt node selection (repeatable or space-separated), e.g. `marts` or "
+                   "'+dim_station fct_rentals_daily'.")
 @click.option("--exclude", multiple=True, help="dbt nodes to leave out (repeatable).")
 @click.option("--full-refresh", is_flag=True,
               help="Rebuild incremental models from scratch.")
@@ -40,7 +41,7 @@ def transform(ctx: click.Context, select: tuple[str, ...], exclude: tuple[str, .
 
     Starts Spark, registers every Delta table under the lakehouse root as a view in
     `global_temp`, generates dbt/models/lakehouse from the table definitions, then runs
-    `dbt build`, `dbt source freshness` and `dbt docs generate` in this process. Marts are
+    `dbt build`, `dbt docs generate` and `dbt source freshness` in this process. Marts are
     Delta tables next to the lakehouse tables. Exits 1 when a model or test fails.
 
     More `dbt build` options go after `--`, e.g. `lakehouse transform -- --fail-fast`.
@@ -51,8 +52,8 @@ def transform(ctx: click.Context, select: tuple[str, ...], exclude: tuple[str, .
     settings = settings_of(ctx)
     args: list[str] = []
     for flag, values in (("--select", select), ("--exclude", exclude)):
-        if values:
-            args += [flag, *values]
+        if values:  # each value may hold several space-separated selectors, as in dbt
+            args += [flag, *(part for value in values for part in value.split())]
     if full_refresh:
         args.append("--full-refresh")
     args += dbt_build_args

@@ -129,8 +129,9 @@ def test_duplicate_key_in_a_marts_input_fails_the_build(
     planted = _planted(ingested, {"silver_station_information": pa.concat_tables(
         [stations, stations.slice(0, 1)])})
 
-    result = run_cli("transform", "--select", *STATION_MODELS, "--no-docs",
-                     "--no-freshness", env=_transform_env(ingested, planted), timeout=900)
+    result = run_cli("transform", "--select", " ".join(STATION_MODELS), "--no-docs",
+                     "--no-freshness", "--", "--indirect-selection", "cautious",
+                     env=_transform_env(ingested, planted), timeout=900)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output[-5000:]
     failing = ("test.lakehouse.lakehouse_unique_combination_silver_station_information_"
@@ -158,8 +159,10 @@ def test_incremental_mart_appends_only_new_rows(
     models = (*STATION_MODELS, "silver_station_status", "stg_gbfs__station_status",
               "fct_station_status_observations")
     env = _transform_env(ingested, planted)
-    first = run_cli("transform", "--select", *models, "--no-docs", "--no-freshness",
-                    env=env, timeout=900)
+    # cautious: leave out tests that also need marts this prefix lacks (relationships)
+    first = run_cli("transform", "--select", " ".join(models), "--no-docs",
+                    "--no-freshness", "--", "--indirect-selection", "cautious", env=env,
+                    timeout=900)
     assert first.returncode == 0, (first.stdout + first.stderr)[-5000:]
     assert _read(planted, "fct_station_status_observations").num_rows == statuses.num_rows
     version = _table(planted, "fct_station_status_observations").version()
@@ -175,7 +178,8 @@ def test_incremental_mart_appends_only_new_rows(
     write_deltalake(uri, later, mode="append", storage_options=storage_options(planted, uri))
 
     second = run_cli("transform", "--select", "fct_station_status_observations", "--no-docs",
-                     "--no-freshness", env=env, timeout=900)
+                     "--no-freshness", "--", "--indirect-selection", "cautious", env=env,
+                     timeout=900)
     assert second.returncode == 0, (second.stdout + second.stderr)[-5000:]
     rows = _read(planted, "fct_station_status_observations")
     assert rows.num_rows == statuses.num_rows + 3
