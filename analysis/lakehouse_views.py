@@ -30,9 +30,11 @@ def lakehouse_table_names(settings: Settings) -> list[str]:
                   if log.type == pafs.FileType.Directory and _VIEW_NAME.match(folder.base_name))
 
 
-def register_lakehouse_views(spark: SparkSession, settings: Settings) -> list[str]:
-    """CREATE OR REPLACE GLOBAL TEMPORARY VIEW <name> for each table; returns the names."""
-    names = lakehouse_table_names(settings)
+def register_lakehouse_views(spark: SparkSession, settings: Settings,
+                             names: list[str] | None = None) -> list[str]:
+    """CREATE OR REPLACE GLOBAL TEMPORARY VIEW <name> for each table (`names`, default: every
+    table under the root); returns the names."""
+    names = lakehouse_table_names(settings) if names is None else names
     for name in names:
         register_table_view(spark, name, table_uri(settings, name), global_view=True,
                             profile=settings.profile)

@@ -63,7 +63,7 @@ def analysis_session(settings: Settings, result: TransformResult,
         spark = build_spark_session(settings, app_name="lakehouse-transform")
     try:
         with _timed(result, "view_registration"):
-            result.tables = register_lakehouse_views(spark, settings)
+            result.tables = register_lakehouse_views(spark, settings, tables)
             report(f"{len(result.tables)} lakehouse tables registered as global_temp views "
                    f"({settings.tables_uri})")
             restored = run_dbt(settings, paths, ["run", "--quiet", "--select", VIEW_MODELS])

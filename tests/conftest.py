@@ -16,13 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from connectors.simulator.server import FeedSimulator
 from connectors.simulator.system import BikeSystem
 from infra.ports import port_is_free
 from infra.stack import Stack
+from lakehouse.storage import storage_options, table_uri
 from settings import Settings, load_settings
 from spark_streaming.session import build_spark_session
 
@@ -75,6 +78,15 @@ def spark(settings: Settings) -> Iterator[SparkSession]:
     session = build_spark_session(settings, app_name="lakehouse-tests")
     yield session
     session.stop()
+
+
+def read_delta(settings: Settings, name: str, columns: list[str] | None = None) -> pa.Table:
+    """Lakehouse table `name` read with delta-rs (not Spark), as Arrow."""
+    uri = table_uri(settings, name)
+    table = DeltaTable(uri, storage_options=storage_options(settings, uri))
+    data = table.to_pyarrow_dataset().to_table(columns=columns)
+    del table  # see DESIGN.md: dropping the table object avoids an abort at exit
+    return data
 
 
 @dataclass(frozen=True)

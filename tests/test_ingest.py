@@ -6,20 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 
 from connectors.rentals.database import connect
-from lakehouse.storage import storage_options, table_uri
-from settings import Settings
-from tests.conftest import IngestedLakehouse
-
-
-def _read(settings: Settings, name: str, columns: list[str] | None = None):
-    uri = table_uri(settings, name)
-    table = DeltaTable(uri, storage_options=storage_options(settings, uri))
-    data = table.to_pyarrow_dataset().to_table(columns=columns)
-    del table
-    return data
+from tests.conftest import IngestedLakehouse, read_delta
 
 
 def test_ingest_until_caught_up_fills_every_layer(
@@ -30,7 +19,7 @@ def test_ingest_until_caught_up_fills_every_layer(
 
     # silver: exactly the stations and statuses the feed served, at its last_updated
     served_at = datetime.fromtimestamp(system.now, UTC)
-    statuses = _read(scoped, "silver_station_status")
+    statuses = read_delta(scoped, "silver_station_status")
     snapshot = statuses.filter(pc.equal(statuses["last_updated"], served_at))
     expected = {s.station_id: system.station_counts(s)["bikes"] for s in system.stations}
     got = dict(zip(snapshot["station_id"].to_pylist(),
@@ -38,20 +27,20 @@ def test_ingest_until_caught_up_fills_every_layer(
     assert got == expected
     assert snapshot.num_rows == len(expected), "a status was written twice"
 
-    info = _read(scoped, "silver_station_information")
+    info = read_delta(scoped, "silver_station_information")
     current = info.filter(info["is_current"])
     assert sorted(current["station_id"].to_pylist()) == sorted(expected)
 
-    vehicles = _read(scoped, "silver_vehicle_status")
+    vehicles = read_delta(scoped, "silver_vehicle_status")
     vehicle_snapshot = vehicles.filter(pc.equal(vehicles["last_updated"], served_at))
     assert sorted(vehicle_snapshot["vehicle_id"].to_pylist()) == sorted(
         v.vehicle_id for v in system.visible_vehicles())
 
-    assert _read(scoped, "silver_weather_hourly").num_rows >= 1
+    assert read_delta(scoped, "silver_weather_hourly").num_rows >= 1
 
     # rentals: the CDC current state equals the PostgreSQL table after the generated
     # inserts, updates and deletes
-    rentals = _read(scoped, "silver_rentals", ["rental_id", "status", "end_station_id",
+    rentals = read_delta(scoped, "silver_rentals", ["rental_id", "status", "end_station_id",
                                                 "is_deleted"])
     live = rentals.filter(pc.invert(rentals["is_deleted"]))
     in_lake = set(zip(live["rental_id"].to_pylist(), live["status"].to_pylist(),
@@ -63,7 +52,7 @@ def test_ingest_until_caught_up_fills_every_layer(
     assert in_lake == in_postgres
 
     # gold: every metric has rows built from that silver data
-    availability = _read(scoped, "gold_station_availability_15min")
+    availability = read_delta(scoped, "gold_station_availability_15min")
     assert set(availability["station_id"].to_pylist()) == set(expected)
-    assert _read(scoped, "gold_system_utilisation_hourly").num_rows >= 1
-    assert _read(scoped, "gold_rentals_daily_weather").num_rows >= 1
+    assert read_delta(scoped, "gold_system_utilisation_hourly").num_rows >= 1
+    assert read_delta(scoped, "gold_rentals_daily_weather").num_rows >= 1

@@ -16,7 +16,7 @@ from infra.stack import Stack
 from lakehouse.storage import storage_options, table_uri
 from settings import Settings
 from spark_streaming.delta_source.table import try_open
-from tests.conftest import IngestedLakehouse, TransformedLakehouse, run_cli
+from tests.conftest import IngestedLakehouse, TransformedLakehouse, read_delta, run_cli
 
 MARTS = ("dim_station", "fct_rentals_daily", "fct_station_status_observations",
          "fct_station_availability_hourly")
@@ -25,13 +25,6 @@ MARTS = ("dim_station", "fct_rentals_daily", "fct_station_status_observations",
 def _table(settings: Settings, name: str) -> DeltaTable:
     uri = table_uri(settings, name)
     return DeltaTable(uri, storage_options=storage_options(settings, uri))
-
-
-def _read(settings: Settings, name: str) -> pa.Table:
-    table = _table(settings, name)
-    data = table.to_pyarrow_dataset().to_table()
-    del table
-    return data
 
 
 def _distinct(table: pa.Table, columns: list[str]) -> int:
@@ -59,19 +52,19 @@ def test_transform_builds_every_model_and_marts_are_delta_tables(
     assert {"unique", "not_null", "relationships", "accepted_values", "singular"} <= kinds
 
     # marts, read with delta-rs (not Spark), hold what their inputs imply
-    stations = _read(settings, "silver_station_information")
-    assert _read(settings, "dim_station").num_rows == stations.num_rows > 0
-    statuses = _read(settings, "silver_station_status")
-    observations = _read(settings, "fct_station_status_observations")
+    stations = read_delta(settings, "silver_station_information")
+    assert read_delta(settings, "dim_station").num_rows == stations.num_rows > 0
+    statuses = read_delta(settings, "silver_station_status")
+    observations = read_delta(settings, "fct_station_status_observations")
     assert observations.num_rows == statuses.num_rows > 0
-    hourly = _read(settings, "fct_station_availability_hourly")
+    hourly = read_delta(settings, "fct_station_availability_hourly")
     hours = pc.floor_temporal(statuses["last_updated"], unit="hour")
     assert hourly.num_rows == _distinct(
         statuses.select(["system_id", "station_id"]).append_column("h", hours),
         ["system_id", "station_id", "h"])
-    rentals = _read(settings, "silver_rentals")
+    rentals = read_delta(settings, "silver_rentals")
     live = rentals.filter(pc.invert(rentals["is_deleted"]))
-    daily = _read(settings, "fct_rentals_daily")
+    daily = read_delta(settings, "fct_rentals_daily")
     assert sum(daily["rentals_started"].to_pylist()) == live.num_rows > 0
     assert daily.num_rows == len(set(pc.cast(live["started_at"], pa.date32()).to_pylist()))
 
@@ -86,12 +79,12 @@ def test_transform_again_changes_nothing(transformed_lakehouse: TransformedLakeh
     """A second run over unchanged inputs: same rows; the incremental mart gets no commit."""
     ingested = transformed_lakehouse.ingested
     settings = ingested.settings
-    before = {name: _read(settings, name).num_rows for name in MARTS}
+    before = {name: read_delta(settings, name).num_rows for name in MARTS}
     incremental_version = _table(settings, "fct_station_status_observations").version()
     result = run_cli("transform", "--select", "marts", "--no-docs", "--no-freshness",
                      env=ingested.env, timeout=900)
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
-    assert {name: _read(settings, name).num_rows for name in MARTS} == before
+    assert {name: read_delta(settings, name).num_rows for name in MARTS} == before
     assert _table(settings, "fct_station_status_observations").version() == (
         incremental_version)
 
@@ -125,7 +118,7 @@ def test_duplicate_key_in_a_marts_input_fails_the_build(
     """A station version written twice into dim_station's input: `dbt build` stops with
     the failing test named, and dim_station is not built from the bad input."""
     ingested = transformed_lakehouse.ingested
-    stations = _read(ingested.settings, "silver_station_information")
+    stations = read_delta(ingested.settings, "silver_station_information")
     planted = _planted(ingested, {"silver_station_information": pa.concat_tables(
         [stations, stations.slice(0, 1)])})
 
@@ -152,9 +145,9 @@ def test_incremental_mart_appends_only_new_rows(
     """fct_station_status_observations: a later run appends exactly the silver rows
     ingested since the last one, in one Delta commit."""
     ingested = transformed_lakehouse.ingested
-    statuses = _read(ingested.settings, "silver_station_status")
+    statuses = read_delta(ingested.settings, "silver_station_status")
     planted = _planted(ingested, {
-        "silver_station_information": _read(ingested.settings, "silver_station_information"),
+        "silver_station_information": read_delta(ingested.settings, "silver_station_information"),
         "silver_station_status": statuses})
     models = (*STATION_MODELS, "silver_station_status", "stg_gbfs__station_status",
               "fct_station_status_observations")
@@ -164,7 +157,7 @@ def test_incremental_mart_appends_only_new_rows(
                     "--no-freshness", "--", "--indirect-selection", "cautious", env=env,
                     timeout=900)
     assert first.returncode == 0, (first.stdout + first.stderr)[-5000:]
-    assert _read(planted, "fct_station_status_observations").num_rows == statuses.num_rows
+    assert read_delta(planted, "fct_station_status_observations").num_rows == statuses.num_rows
     version = _table(planted, "fct_station_status_observations").version()
 
     # three later status updates, ingested after everything the mart holds
@@ -181,7 +174,7 @@ def test_incremental_mart_appends_only_new_rows(
                      "--no-freshness", "--", "--indirect-selection", "cautious", env=env,
                      timeout=900)
     assert second.returncode == 0, (second.stdout + second.stderr)[-5000:]
-    rows = _read(planted, "fct_station_status_observations")
+    rows = read_delta(planted, "fct_station_status_observations")
     assert rows.num_rows == statuses.num_rows + 3
     assert _table(planted, "fct_station_status_observations").version() == version + 1
     newest = pc.max(rows["ingested_at"]).as_py()
