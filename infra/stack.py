@@ -59,6 +59,8 @@ class Stack:
                 report(f"{component.name}: starting on {component.address()}")
                 component.start()
                 started.append(component)
+                for note in component.notes:
+                    report(f"{component.name}: {note}")
                 report(f"{component.name}: healthy in {component.started_in:.1f} s")
         except BaseException:
             for component in reversed(started):

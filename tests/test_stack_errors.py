@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,3 +106,35 @@ def test_external_profile_starts_nothing(tmp_path: Path) -> None:
     result = run_cli("up", profile="external")
     assert result.returncode == 2
     assert "embedded.enabled is false" in result.stderr
+
+
+def test_postgres_cluster_follows_the_state_folder_and_its_password(tmp_path: Path) -> None:
+    """A deleted state folder (fresh clone at the same path) leaves no stale cluster behind;
+    a changed password on a kept cluster fails at once, naming the setting and the fix."""
+    ports = _free_ports(11)
+    env = _isolated_env(tmp_path, ports)
+    try:
+        first = run_cli("up", env={**env, "LAKEHOUSE_POSTGRES__PASSWORD": "first-pw"})
+        assert first.returncode == 0, first.stderr
+        assert run_cli("down", env=env).returncode == 0
+        shutil.rmtree(tmp_path / "state")  # as a fresh clone at the same path would have it
+
+        second = run_cli("up", env={**env, "LAKEHOUSE_POSTGRES__PASSWORD": "second-pw"})
+        assert second.returncode == 0, second.stderr
+        assert "postgres: healthy" in second.stderr
+        if os.geteuid() == 0:  # only as root does the cluster live outside the state folder
+            assert "postgres: removed /var/lib/postgresql/lakehouse/" in second.stderr
+        assert run_cli("down", env=env).returncode == 0
+
+        third = run_cli("up", env={**env, "LAKEHOUSE_POSTGRES__PASSWORD": "third-pw"})
+        assert third.returncode == 2
+        assert "not healthy within" not in third.stderr  # failed at once, no wait for timeout
+        assert "initialised with another password than LAKEHOUSE_POSTGRES__PASSWORD" in \
+            third.stderr, third.stderr
+        assert "`lakehouse clean`" in third.stderr
+        assert not list((tmp_path / "state" / "pids").glob("*.pid"))
+        taken = [p for p in ports if not port_is_free(p)]
+        assert not taken, f"ports still in use after the failed start: {taken}"
+    finally:
+        run_cli("down", env=env)
+        run_cli("clean", "--yes", env=env)

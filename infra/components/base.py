@@ -62,6 +62,7 @@ class Component(ABC):
         self.settings = settings
         self.layout = layout
         self.started_in = 0.0
+        self.notes: list[str] = []  # what start() did besides starting, for the report
         self.process = ManagedProcess(
             name=self.name,
             pid_file=layout.pid_file(self.name),
@@ -132,10 +133,21 @@ class Component(ABC):
         began = time.monotonic()
         self.process.start(self.command(), env=self.environment(), cwd=self.working_dir(),
                            user=self.run_as())
-        if not wait_until(self.healthy, self.start_timeout,
-                          abort=lambda: self.process.exited_early() is not None):
+        fatal: list[StackError] = []
+
+        def check() -> bool:
+            try:
+                return self.healthy()
+            except StackError as exc:  # a health check that knows waiting will not help
+                fatal.append(exc)
+                return False
+
+        if not wait_until(check, self.start_timeout,
+                          abort=lambda: bool(fatal) or self.process.exited_early() is not None):
             code = self.process.exited_early()
             self.process.stop(self.graceful_signal, timeout=5)
+            if fatal:
+                raise fatal[0]
             reason = (f"exited with code {code} during start" if code is not None
                       else f"not healthy within {self.start_timeout:.0f} s")
             last = tail(self.process.log_file)

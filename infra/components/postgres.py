@@ -11,6 +11,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import psycopg
 from psycopg import sql
 
 from infra.clients import postgres_connect
@@ -94,6 +95,13 @@ class Postgres(Component):
             self._as_owner(ROOT_DATA_BASE)
             link = self.layout.data / "postgres"
             if not link.is_symlink():
+                # The state folder is new (fresh clone, `lakehouse clean`, deleted by hand):
+                # a cluster at this path belongs to a state folder that no longer exists and
+                # was initialised with that folder's password.
+                if self.cluster_dir.exists():
+                    self.notes.append(f"removed {self.cluster_dir}, a cluster left by an "
+                                      f"earlier state folder at {self.layout.root}")
+                    shutil.rmtree(self.cluster_dir)
                 link.parent.mkdir(parents=True, exist_ok=True)
                 link.symlink_to(self.cluster_dir, target_is_directory=True)
         self.cluster_dir.mkdir(parents=True, exist_ok=True)
@@ -139,8 +147,20 @@ class Postgres(Component):
         ]
 
     def healthy(self) -> bool:
-        with postgres_connect(self.settings, dbname="postgres", timeout=2) as conn:
-            conn.execute("SELECT 1")
+        try:
+            with postgres_connect(self.settings, dbname="postgres", timeout=2) as conn:
+                conn.execute("SELECT 1")
+        except psycopg.OperationalError as exc:
+            if "password authentication failed" in str(exc):
+                raise StackError(
+                    self.name,
+                    f"the cluster in {self.data_dir} was initialised with another password "
+                    "than LAKEHOUSE_POSTGRES__PASSWORD; restore that password (.env or "
+                    "environment), or run `lakehouse clean` to re-create the cluster (this "
+                    "deletes the rentals database)",
+                    self.process.log_file,
+                ) from exc
+            raise
         return True
 
     def after_healthy(self) -> None:
