@@ -127,6 +127,7 @@ class Component(ABC):
                 )
 
     def start(self) -> None:
+        self.notes = []
         self.check_binaries()
         self.check_ports()
         self.prepare()
