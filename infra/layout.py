@@ -16,8 +16,12 @@ class StateLayout:
         return self.tools / "bin"
 
     @property
-    def connect_libs(self) -> Path:
-        return self.tools / "connect" / "libs"
+    def jvm(self) -> Path:
+        """Class-path folders resolved by Maven from infra/jvm/pom.xml, one per module."""
+        return self.tools / "jvm"
+
+    def jvm_module(self, module: str) -> Path:
+        return self.jvm / module
 
     @property
     def downloads(self) -> Path:
@@ -51,6 +55,6 @@ class StateLayout:
         return self.pids / f"{component}.pid"
 
     def ensure(self) -> None:
-        for folder in (self.bin, self.connect_libs, self.downloads, self.logs, self.pids,
+        for folder in (self.bin, self.downloads, self.logs, self.pids,
                        self.data, self.run):
             folder.mkdir(parents=True, exist_ok=True)

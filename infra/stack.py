@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from infra.components.base import Component, ComponentStatus, StackError
+from infra.components.kafka import Kafka
 from infra.components.kafka_connect import KafkaConnect
 from infra.components.postgres import Postgres
 from infra.components.seaweedfs import SeaweedFs
-from infra.components.tansu import Tansu
 from infra.layout import StateLayout
 from settings import Settings
 
@@ -16,14 +16,14 @@ Report = Callable[[str], None]
 
 
 class Stack:
-    """SeaweedFS -> Tansu (log on S3) -> Kafka Connect (topics on Tansu); PostgreSQL."""
+    """SeaweedFS; Apache Kafka -> Kafka Connect (its topics on Kafka); PostgreSQL."""
 
     def __init__(self, settings: Settings):
         self.settings = settings
         self.layout = StateLayout(settings.state_path, settings.tools_path)
         self.components: list[Component] = [
             SeaweedFs(settings, self.layout),
-            Tansu(settings, self.layout),
+            Kafka(settings, self.layout),
             KafkaConnect(settings, self.layout),
             Postgres(settings, self.layout),
         ]

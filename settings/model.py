@@ -24,9 +24,6 @@ class KafkaSettings(_Section):
     bootstrap_servers: str
     topic_prefix: str = ""
     dlq_topic_suffix: str = ".dlq"
-    # Find the true log end by reading the last record batch: needed on the embedded broker
-    # (Tansu 0.6 reports the last batch's base offset + 1), never on real Apache Kafka.
-    end_offset_probe: bool = False
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -52,7 +49,6 @@ class S3Settings(_Section):
     endpoint: str
     region: str = "us-east-1"
     bucket: str
-    broker_bucket: str
     access_key: SecretStr | None = None
     secret_key: SecretStr | None = None
 
@@ -191,7 +187,11 @@ class SeaweedfsPorts(_Section):
 
 class EmbeddedSettings(_Section):
     enabled: bool = True
-    connect_heap: str = "512m"
+    # The Kafka broker's KRaft controller listener (its client port is in kafka.bootstrap_servers).
+    kafka_controller_port: int = Field(default=19093, ge=1, le=65535)
+    # Maximum JVM heaps (-Xmx) of the broker and the Connect worker.
+    kafka_heap: str = Field(default="512m", pattern=r"^[0-9]+[mMgG]$")
+    connect_heap: str = Field(default="512m", pattern=r"^[0-9]+[mMgG]$")
     seaweedfs: SeaweedfsPorts
 
 

@@ -65,7 +65,6 @@ def source_options(settings: Settings, query: BronzeQuery,
         "kafka.bootstrap.servers": settings.kafka.bootstrap_servers,
         "subscribe": query.topic,
         "startingOffsets": "earliest",
-        "endOffsetProbe": str(settings.kafka.end_offset_probe).lower(),
         "checkpointLocation": query.checkpoint,
     }
     if max_offsets_per_trigger:

@@ -60,8 +60,7 @@ def read_topic(settings: Settings, topic: str, expected: int | Callable[[list[Re
 
     Reads until `expected` is met (a record count, or a test of the records so far) and
     then nothing more came for `quiet` seconds, so duplicates after the expected records
-    are seen too. The end offset is not trusted: the embedded broker reports the last
-    batch's base offset + 1 as "latest".
+    are seen too.
     """
     def enough(records: list[Record]) -> bool:
         return expected(records) if callable(expected) else len(records) >= expected

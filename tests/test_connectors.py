@@ -177,7 +177,7 @@ def test_bad_files_are_rejected_before_anything_is_sent(
 
 def _eventually(condition: Callable[[], bool], timeout: float = 60) -> bool:
     """The worker shows a created or deleted connector only once the rebalance it triggers
-    is over (~3 s each on the embedded broker): poll instead of asserting at once."""
+    is over: poll instead of asserting at once."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:

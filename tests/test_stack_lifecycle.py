@@ -8,16 +8,17 @@ import psutil
 
 from infra.stack import Stack
 from tests.conftest import assert_nothing_left, run_cli, stack_pids
+from tests.jvm_versions import KAFKA_VERSION
 
 LOOPBACK = ("127.0.0.1", "::1", "::ffff:127.0.0.1")
-EXPECTED_VERSIONS = {"seaweedfs": "4.48", "tansu": "0.6.0", "kafka-connect": "3.9.0"}
+EXPECTED_VERSIONS = {"seaweedfs": "4.48", "kafka": KAFKA_VERSION, "kafka-connect": KAFKA_VERSION}
 
 
 def test_status_reports_every_component_healthy(stack: Stack) -> None:
     result = run_cli("status", "--json")
     assert result.returncode == 0, result.stderr
     rows = {row["name"]: row for row in json.loads(result.stdout)}
-    assert set(rows) == {"seaweedfs", "tansu", "kafka-connect", "postgres"}
+    assert set(rows) == {"seaweedfs", "kafka", "kafka-connect", "postgres"}
     for row in rows.values():
         assert row["state"] == "healthy", row
         assert row["pid"] and row["uptime_seconds"] > 0, row
@@ -55,18 +56,18 @@ def test_servers_listen_on_loopback_only(stack: Stack) -> None:
 
 
 def test_dead_component_is_restarted_by_up(stack: Stack) -> None:
-    tansu = stack.component("tansu")
-    old_pid = tansu.process.pid()
+    kafka = stack.component("kafka")
+    old_pid = kafka.process.pid()
     assert old_pid is not None
     psutil.Process(old_pid).kill()
     psutil.Process(old_pid).wait(10)
     result = run_cli("status", "--json")
     assert result.returncode == 1  # not everything is up
-    assert {r["name"]: r["state"] for r in json.loads(result.stdout)}["tansu"] == "stopped"
+    assert {r["name"]: r["state"] for r in json.loads(result.stdout)}["kafka"] == "stopped"
     result = run_cli("up")
     assert result.returncode == 0, result.stderr
-    assert "tansu: starting" in result.stderr
-    assert tansu.process.pid() not in (None, old_pid)
+    assert "kafka: starting" in result.stderr
+    assert kafka.process.pid() not in (None, old_pid)
 
 
 def test_down_stops_everything_and_second_down_is_a_noop(stack: Stack) -> None:

@@ -1,17 +1,19 @@
-"""Apache Kafka Connect 3.9.0 distributed worker with the FileStream and Debezium plugins."""
+"""Apache Kafka Connect distributed worker: FileStream connectors, Debezium under plugin.path."""
 
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from string import Template
 
 from infra.clients import connect_get
+from infra.components import jvm
 from infra.components.base import Component, Port
 from settings import project_environment
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+MODULE = "connect"  # the Maven module of infra/jvm whose class path runs the worker
+PLUGINS_MODULE = "connect-plugins"  # its plugin.path: one folder per plugin
 
 
 class KafkaConnect(Component):
@@ -27,20 +29,14 @@ class KafkaConnect(Component):
         return [Port("REST", self.settings.connect.host_port()[1], "LAKEHOUSE_CONNECT__URL")]
 
     def binaries(self) -> list[Path]:
-        java = shutil.which("java")
-        return [
-            Path(java) if java else Path("java (Java 17 on PATH)"),
-            self.layout.connect_libs / "connect-runtime-3.9.0.jar",
-            self.layout.connect_libs / "jetty9-servlet.jar",
-        ]
+        plugins = self.layout.jvm_module(PLUGINS_MODULE)
+        return [jvm.java(), jvm.module_jar(self.layout, MODULE, "connect-runtime"),
+                jvm.module_jar(self.layout, MODULE, "connect-file"),
+                plugins / "debezium-connector-postgres"]
 
     @property
     def worker_file(self) -> Path:
         return self.layout.run / "connect-worker.properties"
-
-    @property
-    def log_config(self) -> Path:
-        return TEMPLATES / "connect-log4j2.properties"
 
     def prepare(self) -> None:
         host, port = self.settings.connect.host_port()
@@ -52,17 +48,18 @@ class KafkaConnect(Component):
             rest_host=host,
             rest_port=port,
             topic_prefix=self.settings.connect.internal_topic_prefix,
+            plugin_path=self.layout.jvm_module(PLUGINS_MODULE),
         ))
 
     def command(self) -> list[str]:
         heap = self.settings.embedded.connect_heap
         return [
-            shutil.which("java") or "java",
+            str(jvm.java()),
             "-Xms64m", f"-Xmx{heap}",
             "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
             "-Djava.awt.headless=true", "-Djava.net.preferIPv4Stack=true",
-            f"-Dlog4j2.configurationFile={self.log_config}",
-            "-cp", f"{self.layout.connect_libs}/*",
+            f"-Dlog4j2.configurationFile={TEMPLATES / 'jvm-log4j2.properties'}",
+            "-cp", f"{self.layout.jvm_module(MODULE)}/*",
             "org.apache.kafka.connect.cli.ConnectDistributed",
             str(self.worker_file),
         ]

@@ -28,7 +28,7 @@ class SeaweedFs(Component):
         return self.settings.s3.endpoint
 
     def buckets(self) -> list[str]:
-        return [self.settings.s3.bucket, self.settings.s3.broker_bucket]
+        return [self.settings.s3.bucket]
 
     def ports(self) -> list[Port]:
         sw = self.settings.embedded.seaweedfs

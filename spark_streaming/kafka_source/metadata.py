@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import logging
-import time
-
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from spark_streaming.kafka_source.options import KafkaSourceOptions, Offsets
 
 METADATA_TIMEOUT_S = 10.0
-PROBE_TIMEOUT_S = 10.0
-
-log = logging.getLogger(__name__)
 
 
 class BrokerMetadata:
@@ -28,7 +22,6 @@ class BrokerMetadata:
             self._consumer = Consumer(self.options.client_conf(**{
                 "group.id": "lakehouse-spark-planner",
                 "enable.auto.commit": False,
-                "enable.partition.eof": True,
             }))
         return self._consumer
 
@@ -48,7 +41,8 @@ class BrokerMetadata:
         return sorted(found)
 
     def watermarks(self, partitions: list[tuple[str, int]]) -> tuple[Offsets, Offsets]:
-        """(earliest, end) offsets per partition."""
+        """(earliest, end) offsets per partition; with read_committed (librdkafka's default)
+        the end is the last stable offset, so an open transaction is never read past."""
         earliest: Offsets = {}
         end: Offsets = {}
         for topic, partition in partitions:
@@ -61,46 +55,4 @@ class BrokerMetadata:
                 ) from exc
             earliest.setdefault(topic, {})[str(partition)] = low
             end.setdefault(topic, {})[str(partition)] = high
-        if self.options.end_offset_probe:
-            end = self._probe_ends(earliest, end)
         return earliest, end
-
-    def _probe_ends(self, earliest: Offsets, reported: Offsets) -> Offsets:
-        """True log ends, found by reading from the reported end - 1 to end of partition.
-
-        The embedded broker (Tansu 0.6) answers ListOffsets "latest" with the base offset of
-        the last record batch + 1, so records after that base would never be read; the fetch
-        response's end-of-partition signal is right, so one read of the last batch finds it.
-        """
-        probe = [TopicPartition(t, int(p), high - 1)
-                 for t, parts in reported.items() for p, high in parts.items()
-                 if high - 1 >= earliest[t][p]]
-        ends: Offsets = {t: dict(parts) for t, parts in reported.items()}
-        if not probe:
-            return ends
-        waiting = {(tp.topic, tp.partition) for tp in probe}
-        self.consumer.assign(probe)
-        deadline = time.monotonic() + PROBE_TIMEOUT_S
-        try:
-            while waiting and time.monotonic() < deadline:
-                for message in self.consumer.consume(num_messages=10000, timeout=0.2):
-                    key = (message.topic(), message.partition())
-                    error = message.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            waiting.discard(key)
-                            ends[key[0]][str(key[1])] = max(ends[key[0]][str(key[1])],
-                                                            message.offset())
-                        continue
-                    ends[key[0]][str(key[1])] = max(ends[key[0]][str(key[1])],
-                                                    message.offset() + 1)
-        finally:
-            self.consumer.unassign()
-        if waiting:
-            # The broker's own answer is a safe lower bound: this trigger reads up to it and
-            # a later one finds the tail. Failing the query here would stop ingestion on a
-            # slow fetch (seen on a loaded 2-core machine).
-            log.warning("endOffsetProbe: no end of partition for %s within %.0f s; using "
-                        "the broker's reported ends for this trigger", sorted(waiting),
-                        PROBE_TIMEOUT_S)
-        return ends

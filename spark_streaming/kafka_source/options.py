@@ -49,9 +49,6 @@ class KafkaSourceOptions:
     starting_offsets: str | Offsets = "latest"
     max_offsets_per_trigger: int | None = None
     fail_on_data_loss: bool = True
-    # The embedded broker (Tansu) reports the last batch's base offset + 1 as the log end;
-    # with this on, the end is found by reading that last batch. Off for real Kafka.
-    end_offset_probe: bool = False
     poll_timeout_ms: int = 30000
     batch_rows: int = 20000
     loss_report_path: str | None = None
@@ -101,7 +98,6 @@ class KafkaSourceOptions:
             starting_offsets=starting,
             max_offsets_per_trigger=_positive_int(lowered, "maxoffsetspertrigger"),
             fail_on_data_loss=_bool(lowered, "failondataloss", True),
-            end_offset_probe=_bool(lowered, "endoffsetprobe", False),
             poll_timeout_ms=_positive_int(lowered, "polltimeoutms") or 30000,
             batch_rows=_positive_int(lowered, "batchrows") or 20000,
             loss_report_path=lowered.get("lossreportpath"),

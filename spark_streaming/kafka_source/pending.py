@@ -1,10 +1,9 @@
 """Driver-side question: would one more micro-batch from these offsets read anything?
 
-Answered with the same broker queries (partitions, watermarks with the embedded broker's
-end probe) and the same range planning the stream reader uses for its next batch, so "no
-pending ranges" means the next batch would plan no reads: its `latestOffset` sees the same
-(or earlier) log ends. Lost offsets count as pending, so the query itself fails or logs
-them as configured.
+Answered with the same broker queries (partitions, watermarks) and the same range planning
+the stream reader uses for its next batch, so "no pending ranges" means the next batch
+would plan no reads: its `latestOffset` sees the same (or earlier) log ends. Lost offsets
+count as pending, so the query itself fails or logs them as configured.
 """
 
 from __future__ import annotations

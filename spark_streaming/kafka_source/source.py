@@ -12,7 +12,7 @@ from spark_streaming.kafka_source.schema import KAFKA_SCHEMA
 
 class KafkaDataSource(DataSource):
     """Options: kafka.bootstrap.servers, subscribe | subscribePattern, startingOffsets,
-    maxOffsetsPerTrigger, failOnDataLoss, endOffsetProbe, lossReportPath,
+    maxOffsetsPerTrigger, failOnDataLoss, lossReportPath,
     checkpointLocation, and any `kafka.<librdkafka setting>` passed to the consumers."""
 
     @classmethod
