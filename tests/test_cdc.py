@@ -200,6 +200,32 @@ def test_cdc_resumes_after_a_worker_restart_without_duplicates_or_loss(
     assert [event for event, seen in events.items() if seen > 1] == []
 
 
+def test_cdc_worker_killed_right_after_delivery_repeats_nothing(
+    cdc: CdcConnector, settings: Settings, stack: Stack
+) -> None:
+    """SIGKILL of the worker within offset.flush.interval.ms of a delivery: with
+    exactly-once source support the changes and their source offsets were committed in
+    one Kafka transaction, so the restarted task resumes after them, not before."""
+    with connect(settings) as conn:
+        burst = {_start(conn, f"bike-{20 + i}") for i in range(20)}
+    read_topic(settings, cdc.topic, _until(burst, 20), quiet=0.2)
+    worker = stack.component("kafka-connect")
+    pid = worker.process.pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    _wait(lambda: not psutil.pid_exists(pid)
+          or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 30, "the worker to die")
+    up = run_cli("up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    with connect(settings) as conn:
+        after = _start(conn, "bike-60")
+    ours = burst | {after}
+    records = read_topic(settings, cdc.topic, _until(ours, 21), timeout=120, quiet=5)
+    changes = _changes_of(records, ours)
+    assert sorted(c.rental_id for c in changes) == sorted(ours)  # each exactly once
+    assert all(c.op == "c" for c in changes)
+
+
 def test_status_shows_the_trace_of_a_failed_task(
     cdc: CdcConnector, settings: Settings, tmp_path: Path
 ) -> None:

@@ -19,6 +19,7 @@ from infra.clients import kafka_admin, kafka_config
 from infra.stack import Stack
 from settings import Settings
 from spark_streaming.kafka_source.offsets import apply_cap, plan_ranges
+from tests.kafka_support import produce_transactions
 
 
 def _topic(settings: Settings, partitions: int = 3, name: str | None = None) -> str:
@@ -82,17 +83,7 @@ def test_transactions_aborted_records_are_never_read(
     """Kafka Connect writes its source topics in transactions: records of an aborted
     transaction stay invisible and the offsets their markers take are skipped."""
     topic = _topic(settings, partitions=1)
-    producer = Producer({**kafka_config(settings), "transactional.id": f"t-{topic}"})
-    producer.init_transactions(30)
-    for outcome in ("commit", "abort", "commit"):
-        producer.begin_transaction()
-        for i in range(50):
-            producer.produce(topic, key=b"k", value=f"{outcome}-{i}".encode())
-        producer.flush(30)
-        if outcome == "commit":
-            producer.commit_transaction(30)
-        else:
-            producer.abort_transaction(30)
+    produce_transactions(settings, topic, ["commit", "abort", "commit"], 50)
     df = _stream(spark, settings, tmp_path / "cp", subscribe=topic, startingOffsets="earliest")
     _run_available_now(spark, df, "ks_txn", tmp_path / "cp")
     values = _values(spark, "ks_txn")

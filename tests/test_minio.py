@@ -19,6 +19,7 @@ from botocore.exceptions import ClientError
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 from deltalake import DeltaTable
+from pydantic import SecretStr
 
 from infra.clients import kafka_admin, kafka_config, s3_client
 from infra.install import load_manifest
@@ -70,7 +71,8 @@ def minio(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
         assert wait_until(live, 60, abort=lambda: server.poll() is not None), \
             log.read_text()[-2000:]
         s3 = settings.s3.model_copy(update={
-            "endpoint": f"http://127.0.0.1:{port}", "access_key": user, "secret_key": password,
+            "endpoint": f"http://127.0.0.1:{port}", "access_key": SecretStr(user),
+            "secret_key": SecretStr(password),
         })
         pointed = settings.model_copy(update={"s3": s3})
         s3_client(pointed).create_bucket(Bucket=s3.bucket)

@@ -16,6 +16,7 @@ from infra.clients import connect_get, kafka_admin, kafka_config, postgres_conne
 from infra.stack import Stack
 from settings import Settings
 from tests.jvm_versions import KAFKA_VERSION
+from tests.kafka_support import produce_transactions
 
 # -- S3 (SeaweedFS) ---------------------------------------------------------------------
 
@@ -171,17 +172,7 @@ def test_consumer_group_commits_offsets_the_admin_api_reports(
 
 def test_read_committed_hides_an_aborted_transaction(stack: Stack, settings: Settings) -> None:
     topic = _create_topic(settings, partitions=1)
-    producer = Producer({**kafka_config(settings), "transactional.id": f"t-{topic}"})
-    producer.init_transactions(30)
-    for outcome in ("commit", "abort", "commit"):
-        producer.begin_transaction()
-        for i in range(20):
-            producer.produce(topic, key=b"k", value=f"{outcome}-{i}".encode())
-        assert producer.flush(30) == 0  # in the log before the abort, not purged by it
-        if outcome == "commit":
-            producer.commit_transaction(30)
-        else:
-            producer.abort_transaction(30)
+    produce_transactions(settings, topic, ["commit", "abort", "commit"], 20)
     values = {}
     for isolation in ("read_committed", "read_uncommitted"):
         consumer = Consumer({**kafka_config(settings), "group.id": f"t-{uuid.uuid4().hex}",
