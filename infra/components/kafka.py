@@ -105,5 +105,9 @@ class Kafka(Component):
         return bool(metadata.brokers)
 
     def version(self) -> str:
+        """The version of the jars the embedded broker runs from. Kafka's protocol does not
+        tell a client the broker's release, so an external cluster's is not known here."""
+        if not self.settings.embedded.enabled:
+            return "external"
         return jvm.jar_version(self.jar, ARTIFACT)
 
