@@ -60,11 +60,25 @@ def _slot_active(settings: Settings, slot: str) -> bool:
     return bool(row and row[0])
 
 
-def _wait(condition: Any, timeout: float, what: str) -> None:
+def _wait(condition: Any, timeout: float, what: str, details: Any = None) -> None:
+    """Poll until condition() holds; on timeout `details()` (if given) explains why."""
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out waiting for {what}"
+                        + (f"\n{details()}" if details else ""))
         time.sleep(0.3)
+
+
+def _exited(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _log_tail(log: Path, lines: int = 40) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
 @pytest.fixture(scope="module")
@@ -173,8 +187,10 @@ def test_cdc_resumes_after_a_worker_restart_without_duplicates_or_loss(
     pid = worker.process.pid()
     assert pid is not None
     os.kill(pid, signal.SIGTERM)  # the worker is stopped from outside the project
-    _wait(lambda: not psutil.pid_exists(pid)
-          or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 60, "the worker to exit")
+    # A graceful stop lets Jetty finish in-flight REST requests for up to 60 s
+    # (RestServer's stop timeout) while the herder stops its tasks: allow more than that.
+    _wait(lambda: _exited(pid), 120, "the worker to exit",
+          lambda: "its log ends with:\n" + _log_tail(worker.process.log_file))
 
     with connect(settings) as conn:  # changes made while no worker runs
         _end(conn, before_restart)
@@ -213,8 +229,7 @@ def test_cdc_worker_killed_right_after_delivery_repeats_nothing(
     pid = worker.process.pid()
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    _wait(lambda: not psutil.pid_exists(pid)
-          or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 30, "the worker to die")
+    _wait(lambda: _exited(pid), 30, "the worker to die")
     up = run_cli("up")
     assert up.returncode == 0, up.stdout + up.stderr
     with connect(settings) as conn:
