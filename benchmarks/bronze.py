@@ -22,14 +22,12 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 from deltalake import write_deltalake
 
+from benchmarks.kafka_batches import RecordColumns, watermarks
 from benchmarks.machine import machine_info
 from infra.clients import kafka_admin, kafka_config
 from lakehouse.storage import storage_options, table_uri
 from settings import Settings, load_settings
 from spark_streaming.bronze import run_available_now
-from spark_streaming.kafka_source.metadata import BrokerMetadata
-from spark_streaming.kafka_source.options import KafkaSourceOptions
-from spark_streaming.kafka_source.partition_reader import _Columns
 from spark_streaming.session import build_spark_session
 
 PROFILE = "test"
@@ -79,33 +77,28 @@ def produce(settings: Settings, topic: str, report: Any) -> float:
 
 def baseline(settings: Settings, topic: str, uri: str) -> float:
     """One Python process: consume every partition, write Arrow batches with delta-rs."""
-    options = KafkaSourceOptions.parse({
-        "kafka.bootstrap.servers": settings.kafka.bootstrap_servers, "subscribe": topic})
-    broker = BrokerMetadata(options)
-    _, ends = broker.watermarks(broker.partitions())
-    broker.close()
+    partitions = watermarks(settings, topic)
     began = time.monotonic()
-    consumer = Consumer(options.client_conf(**{
-        "group.id": f"bench-{uuid.uuid4().hex}", "enable.auto.commit": False,
-        "enable.partition.eof": True}))
-    consumer.assign([TopicPartition(topic, int(p), 0) for p in ends[topic]])
+    consumer = Consumer({**kafka_config(settings), "group.id": f"bench-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     done: set[int] = set()
-    batches: dict[int, _Columns] = {}
+    batches: dict[int, RecordColumns] = {}
     store = storage_options(settings, uri)
     written = 0
     pending: list[pa.RecordBatch] = []
-    while len(done) < len(ends[topic]):
+    while len(done) < len(partitions):
         for message in consumer.consume(num_messages=10000, timeout=0.5):
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     done.add(message.partition())
                 continue
-            columns = batches.setdefault(message.partition(), _Columns())
+            columns = batches.setdefault(message.partition(), RecordColumns())
             columns.add(message)
             if len(columns) >= 20000:
                 pending.append(columns.to_batch(topic, message.partition()))
-                batches[message.partition()] = _Columns()
+                batches[message.partition()] = RecordColumns()
         if sum(b.num_rows for b in pending) >= 200_000:
             written += _write(uri, store, pending)
             pending = []

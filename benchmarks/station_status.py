@@ -23,11 +23,10 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewTopic
 
+from benchmarks.kafka_batches import watermarks
 from benchmarks.machine import machine_info
 from infra.clients import kafka_admin, s3_client
 from settings import Settings, load_settings
-from spark_streaming.kafka_source.metadata import BrokerMetadata
-from spark_streaming.kafka_source.options import KafkaSourceOptions
 from spark_streaming.silver.batch import METRICS_TABLE
 from spark_streaming.silver.job import ensure_tables
 
@@ -142,14 +141,7 @@ def remove_tables(lake: Settings, report: Any) -> None:
 
 
 def _records_in(settings: Settings, name: str) -> int:
-    options = KafkaSourceOptions.parse({
-        "kafka.bootstrap.servers": settings.kafka.bootstrap_servers, "subscribe": name})
-    broker = BrokerMetadata(options)
-    try:
-        starts, ends = broker.watermarks(broker.partitions())
-    finally:
-        broker.close()
-    return sum(end - starts[name][p] for p, end in ends[name].items())
+    return sum(end - start for start, end in watermarks(settings, name).values())
 
 
 class Statuses:

@@ -29,3 +29,8 @@ def storage_options(settings: Settings, uri: str) -> dict[str, str]:
 def table_uri(settings: Settings, name: str) -> str:
     """URI of the lakehouse table `name`."""
     return f"{settings.tables_uri}/{name}"
+
+
+def spark_uri(uri: str) -> str:
+    """`uri` as Spark's Hadoop file systems name it: S3 goes through S3A (`s3a://`)."""
+    return "s3a://" + uri[len("s3://"):] if uri.startswith("s3://") else uri

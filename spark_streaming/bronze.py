@@ -1,8 +1,11 @@
 """Bronze ingestion: each Kafka topic -> `bronze_<topic>` Delta table, raw and append-only.
 
-Exactly once: the source's offsets live in the query's checkpoint and every micro-batch is
-one Delta commit carrying an app transaction (query app id, batch id), so a batch replayed
-after a crash is recognised and skipped by the Delta writer.
+Spark's own connectors: `readStream.format("kafka")` (spark-sql-kafka) into
+`writeStream.format("delta")` (delta-spark). Exactly once: the source's offsets live in the
+query's checkpoint and Delta's streaming sink commits each micro-batch with an app
+transaction (query id, batch id), so a batch replayed after a crash is recognised and
+skipped. Connect's producers write in transactions: the source reads `read_committed`.
+A query whose checkpoint is gone resumes after the offsets the table already holds.
 """
 
 from __future__ import annotations
@@ -16,19 +19,24 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import OffsetSpec
+from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import StructType
 
-from lakehouse.storage import table_uri
+from infra.clients import kafka_admin
+from lakehouse.storage import spark_uri, table_uri
 from settings import Settings
 from spark_streaming.checkpoint_offsets import committed_source_offset
-from spark_streaming.kafka_source.options import KafkaSourceOptions
-from spark_streaming.kafka_source.pending import nothing_pending
 
 log = logging.getLogger("lakehouse.bronze")
 Report = Callable[[str], None]
+EARLIEST = -2  # spark-sql-kafka's offset meaning "the partition's earliest"
 
 
 def bronze_table_name(topic: str) -> str:
@@ -44,9 +52,17 @@ class BronzeQuery:
     checkpoint: str
 
     @property
-    def app_id(self) -> str:
-        """Stable id of this query's Delta app transactions (same across restarts)."""
-        return f"lakehouse-{self.table}"
+    def path(self) -> str:
+        """The table's location as Spark opens it (S3 through S3A)."""
+        return spark_uri(self.table_uri)
+
+    def delta_app_id(self) -> str | None:
+        """The app-transaction id Delta's sink commits under: the query id Spark keeps in
+        the (local) checkpoint's metadata file; None without a checkpoint."""
+        try:
+            return str(json.loads(Path(self.checkpoint, "metadata").read_text())["id"])
+        except (FileNotFoundError, ValueError, KeyError):
+            return None
 
 
 def plan(settings: Settings, topics: list[str]) -> list[BronzeQuery]:
@@ -58,15 +74,61 @@ def plan(settings: Settings, topics: list[str]) -> list[BronzeQuery]:
     return queries
 
 
-def source_options(settings: Settings, query: BronzeQuery,
+def log_ends(settings: Settings, topic: str) -> dict[int, int]:
+    """Each partition's last stable offset (what a read_committed consumer can reach)."""
+    admin = kafka_admin(settings)
+    metadata = admin.list_topics(topic, timeout=20).topics.get(topic)
+    if metadata is None or metadata.error is not None:
+        return {}
+    wanted = {TopicPartition(topic, p): OffsetSpec.latest() for p in metadata.partitions}
+    if not wanted:
+        return {}
+    answers = admin.list_offsets(wanted, isolation_level=IsolationLevel.READ_COMMITTED,
+                                 request_timeout=20)
+    return {tp.partition: future.result().offset for tp, future in answers.items()}
+
+
+def _has_progress(spark: SparkSession, checkpoint: str) -> bool:
+    """Whether the checkpoint (local or remote) holds an offset log Spark resumes from."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}/offsets")
+    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    return bool(fs.exists(path)) and len(fs.listStatus(path)) > 0
+
+
+def starting_offsets(spark: SparkSession, settings: Settings, query: BronzeQuery) -> str:
+    """Where a query without a checkpoint starts: after the last offset the table holds per
+    partition (a deleted or moved checkpoint never re-reads nor skips a record), the
+    earliest offset for partitions the table has not seen."""
+    if not DeltaTable.isDeltaTable(spark, query.path):
+        return "earliest"
+    held = {int(row["partition"]): int(row["last"]) for row in
+            spark.read.format("delta").load(query.path)
+            .where(F.col("topic") == query.topic)
+            .groupBy("partition").agg(F.max("offset").alias("last")).collect()}
+    if not held:
+        return "earliest"
+    partitions = set(log_ends(settings, query.topic)) | set(held)
+    log.warning("%s: no checkpoint at %s; resuming after the offsets the table holds",
+                query.table, query.checkpoint)
+    return json.dumps({query.topic: {str(p): held[p] + 1 if p in held else EARLIEST
+                                     for p in sorted(partitions)}})
+
+
+def source_options(spark: SparkSession, settings: Settings, query: BronzeQuery,
                    max_offsets_per_trigger: int | None = None) -> dict[str, str]:
-    """Options of the query's `lakehouse_kafka` source (also used to ask what is pending)."""
+    """Options of the query's spark-sql-kafka source."""
     options = {
         "kafka.bootstrap.servers": settings.kafka.bootstrap_servers,
         "subscribe": query.topic,
-        "startingOffsets": "earliest",
-        "checkpointLocation": query.checkpoint,
+        "includeHeaders": "true",
+        # Kafka Connect writes in transactions: never read what was aborted or is open.
+        "kafka.isolation.level": "read_committed",
+        # a record deleted by retention before bronze read it stops the query, loudly
+        "failOnDataLoss": "true",
     }
+    if not _has_progress(spark, query.checkpoint):
+        options["startingOffsets"] = starting_offsets(spark, settings, query)
     if max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(max_offsets_per_trigger)
     return options
@@ -75,8 +137,8 @@ def source_options(settings: Settings, query: BronzeQuery,
 def bronze_frame(spark: SparkSession, settings: Settings, query: BronzeQuery,
                  max_offsets_per_trigger: int | None = None) -> DataFrame:
     """Raw records of one topic with their Kafka coordinates and the ingestion time."""
-    reader = spark.readStream.format("lakehouse_kafka").options(
-        **source_options(settings, query, max_offsets_per_trigger))
+    reader = spark.readStream.format("kafka").options(
+        **source_options(spark, settings, query, max_offsets_per_trigger))
     return reader.load().select(
         "key", "value", "headers", "topic", "partition", "offset",
         F.col("timestamp").alias("kafka_timestamp"),
@@ -85,22 +147,24 @@ def bronze_frame(spark: SparkSession, settings: Settings, query: BronzeQuery,
     )
 
 
+def ensure_table(spark: SparkSession, query: BronzeQuery, schema: StructType) -> None:
+    """Create the bronze table, append-only, when neither `lakehouse tables apply` nor an
+    earlier run did (the table file's other properties follow with `tables apply`)."""
+    (DeltaTable.createIfNotExists(spark).location(query.path).addColumns(schema)
+     .property("delta.appendOnly", "true").execute())
+
+
 def start_query(spark: SparkSession, settings: Settings, query: BronzeQuery, *,
                 available_now: bool, interval: str = "10 seconds",
                 max_offsets_per_trigger: int | None = None) -> StreamingQuery:
-    writer = (bronze_frame(spark, settings, query, max_offsets_per_trigger).writeStream
-              .format("lakehouse_delta")
-              .queryName(query.table)
-              .option("table", query.table_uri)
-              .option("txnAppId", query.app_id)
-              # the writer runs in Spark's Python workers: name the profile whose
-              # storage settings (endpoint, credentials) it must load
-              .option("profile", settings.profile)
-              .option("delta.appendOnly", "true")
+    frame = bronze_frame(spark, settings, query, max_offsets_per_trigger)
+    ensure_table(spark, query, frame.schema)
+    writer = (frame.writeStream.format("delta").queryName(query.table)
+              .outputMode("append")
               .option("checkpointLocation", query.checkpoint))
     writer = (writer.trigger(availableNow=True) if available_now
               else writer.trigger(processingTime=interval))
-    return writer.start()
+    return writer.start(query.path)
 
 
 @contextmanager
@@ -125,20 +189,19 @@ def _rows(query: StreamingQuery) -> int:
     return sum(int(p.get("numInputRows", 0)) for p in query.recentProgress)
 
 
-def caught_up(settings: Settings, query: BronzeQuery,
-              max_offsets_per_trigger: int | None = None) -> bool:
+def caught_up(settings: Settings, query: BronzeQuery) -> bool:
     """True when another availableNow round of `query` would provably read nothing.
 
-    Holds when the checkpoint's newest batch is committed and the source, asked exactly as
-    its next batch would ask (same partitions, log ends and range planning), has no range
-    to read and no lost offsets from there. Anything else (a remote checkpoint, a batch
-    left uncommitted by a crash, new records, new partitions) says False: run the round.
+    Holds when the checkpoint's newest batch is committed and ended at the log end
+    (last stable offset) of every partition the topic has now. Anything else (a remote
+    checkpoint, a batch left uncommitted by a crash, new records, new partitions) says
+    False: run the round.
     """
     committed = committed_source_offset(query.checkpoint)
     if committed is None:
         return False
-    options = KafkaSourceOptions.parse(source_options(settings, query, max_offsets_per_trigger))
-    return nothing_pending(options, committed)
+    reached = {int(p): int(o) for p, o in committed.get(query.topic, {}).items()}
+    return all(reached.get(p, -1) >= end for p, end in log_ends(settings, query.topic).items())
 
 
 def run_available_now(spark: SparkSession, settings: Settings, topics: list[str],
@@ -179,7 +242,7 @@ def run_available_now(spark: SparkSession, settings: Settings, topics: list[str]
         round_s = time.monotonic() - began
         began = time.monotonic()
         pending = [q for q in still_pending
-                   if not caught_up(settings, q, max_offsets_per_trigger)]
+                   if not caught_up(settings, q)]
         if rounds is not None:
             rounds.append({"round": round_number, "seconds": round(round_s, 2),
                            "rows": read_this_round,

@@ -4,13 +4,48 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from settings import Settings
+from infra.layout import StateLayout
+from settings import ConfigError, Settings
 from spark_streaming.spark_home import use_compiled_pyspark
 
 LOOPBACK = "127.0.0.1"
+
+
+def spark_jars(settings: Settings) -> list[Path]:
+    """The jars `lakehouse setup` resolved for Spark (infra/jvm/spark/pom.xml): delta-spark,
+    spark-sql-kafka, hadoop-aws with its AWS SDK, the PostgreSQL driver."""
+    folder = StateLayout(settings.state_path, settings.tools_path).jvm_module("spark")
+    jars = sorted(folder.glob("*.jar"))
+    if not jars:
+        raise ConfigError(f"no Spark jars in {folder}: run `make setup` (it resolves "
+                          "infra/jvm/spark/pom.xml with Maven)")
+    return jars
+
+
+def _s3a_confs(settings: Settings) -> dict[str, str]:
+    """Hadoop S3A pointed at the project's S3 server (path-style: buckets are not DNS names
+    on a local server; a region must be set even though the server ignores it)."""
+    s3 = settings.s3
+    try:
+        access_key, secret_key = s3.credentials()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    prefix = "spark.hadoop.fs.s3a."
+    return {
+        f"{prefix}endpoint": s3.endpoint,
+        f"{prefix}endpoint.region": s3.region,
+        f"{prefix}path.style.access": "true",
+        f"{prefix}connection.ssl.enabled": str(s3.endpoint.startswith("https://")).lower(),
+        f"{prefix}aws.credentials.provider":
+            "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        f"{prefix}access.key": access_key,
+        f"{prefix}secret.key": secret_key,
+        f"{prefix}impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+    }
 
 
 def _spark_confs(settings: Settings, app_name: str) -> dict[str, str]:
@@ -26,6 +61,9 @@ def _spark_confs(settings: Settings, app_name: str) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
+        "spark.jars": ",".join(str(jar) for jar in spark_jars(settings)),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
         # Python data sources move Arrow batches; keep them large.
         "spark.sql.execution.arrow.maxRecordsPerBatch": "50000",
@@ -34,6 +72,7 @@ def _spark_confs(settings: Settings, app_name: str) -> dict[str, str]:
         # Off by default; Spark then refuses to plan readers that implement pushFilters.
         "spark.sql.python.filterPushdown.enabled": "true",
     }
+    confs.update(_s3a_confs(settings))
     if spark.master.startswith("local"):
         confs.update({
             "spark.driver.host": LOOPBACK,
@@ -66,11 +105,9 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse") -> Spar
 
 
 def register_data_sources(session: SparkSession) -> None:
-    """Make the project's Kafka and Delta sources available by name."""
+    """Make the project's Delta source available by name."""
     from spark_streaming.delta_source import DeltaLakeDataSource
-    from spark_streaming.kafka_source import KafkaDataSource
 
-    session.dataSource.register(KafkaDataSource)
     session.dataSource.register(DeltaLakeDataSource)
 
 

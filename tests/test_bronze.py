@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from spark_streaming.bronze import (
     run_available_now,
 )
 from tests.conftest import PROJECT_DIR, TEST_PROFILE
+from tests.kafka_support import produce_transactions
 
 
 def _topic_with_records(settings: Settings, count: int, partitions: int = 3) -> tuple[str, set]:
@@ -40,7 +42,8 @@ def _topic_with_records(settings: Settings, count: int, partitions: int = 3) -> 
     for i in range(count):
         value = f'{{"n": {i}, "pad": "{"x" * (i % 50)}"}}'.encode()
         values.add(value)
-        producer.produce(topic, key=f"station-{i % 17}".encode(), value=value)
+        producer.produce(topic, key=f"station-{i % 17}".encode(), value=value,
+                         headers=[("source", b"test"), ("n", str(i).encode())])
     assert producer.flush(30) == 0
     return topic, values
 
@@ -76,6 +79,11 @@ def test_round_trip_every_record_once_and_byte_identical(
     schema = [f.name for f in table.schema().fields]
     assert schema[:6] == ["key", "value", "headers", "topic", "partition", "offset"]
     assert {"kafka_timestamp", "ingested_at"} <= set(schema)
+    first = table.to_pyarrow_dataset().to_table(
+        columns=["headers", "kafka_timestamp_type"]).slice(0, 1).to_pylist()[0]
+    assert [h["key"] for h in first["headers"]] == ["source", "n"]
+    assert first["headers"][0]["value"] == b"test"
+    assert first["kafka_timestamp_type"] == 0  # producer create time
     # running again finds nothing new and adds nothing
     version = table.version()
     assert run_available_now(spark, settings, [topic], lambda _m: None)[
@@ -131,7 +139,7 @@ def test_crash_after_delta_commit_before_spark_commit_is_not_duplicated(
     assert commits, "no commit log entries"
     last = commits[-1]
     table = _table(settings, topic)
-    assert table.transaction_version(spec.app_id) == int(last.name)
+    assert table.transaction_version(spec.delta_app_id()) == int(last.name)
     version_before = table.version()
     last.unlink()
     # Hadoop's checksum twin goes too: a crash before the rename leaves neither file, and a
@@ -180,3 +188,37 @@ def test_progress_line_reports_rows_rate_and_consumer_lag() -> None:
     assert progress_line("bronze_t", progress) == (
         "bronze_t: batch 3, 10 rows in the last batch (55 rows/s), lag 4 records")
     assert progress_line("bronze_t", {}) == "bronze_t: batch -, 0 rows in the last batch"
+
+
+def test_records_of_aborted_transactions_never_reach_bronze(
+    stack: Stack, settings: Settings, spark: SparkSession
+) -> None:
+    """Kafka Connect writes its topics in transactions: bronze reads read_committed, so
+    an aborted transaction's records stay out and its markers' offsets are skipped."""
+    topic = f"br.{uuid.uuid4().hex[:10]}"
+    admin = kafka_admin(settings)  # held: a collected client cancels its futures
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=20)
+    produce_transactions(settings, topic, ["commit", "abort", "commit"], 50)
+    assert run_available_now(spark, settings, [topic], lambda _m: None) == {
+        bronze_table_name(topic): 100}
+    values = _rows(settings, topic)["value"].to_pylist()
+    assert len(values) == 100 and all(v.startswith(b"commit-") for v in values)
+    assert caught_up(settings, plan(settings, [topic])[0])
+
+
+def test_deleted_checkpoint_resumes_after_what_the_table_holds(
+    stack: Stack, settings: Settings, spark: SparkSession
+) -> None:
+    """A lost checkpoint neither re-reads (duplicates) nor skips records: the query
+    starts after the last offset per partition that the table already holds."""
+    topic, values = _topic_with_records(settings, 600)
+    run_available_now(spark, settings, [topic], lambda _m: None)
+    spec = plan(settings, [topic])[0]
+    shutil.rmtree(spec.checkpoint)
+    producer = Producer(kafka_config(settings))
+    late = {f'{{"late": {i}}}'.encode() for i in range(30)}
+    for value in late:
+        producer.produce(topic, key=value, value=value)
+    assert producer.flush(30) == 0
+    assert run_available_now(spark, settings, [topic], lambda _m: None) == {spec.table: 30}
+    _assert_exactly_once(settings, topic, values | late)
