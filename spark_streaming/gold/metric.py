@@ -3,7 +3,6 @@ it over Spark temporary views of silver pinned at the versions being consumed.""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -13,37 +12,28 @@ from settings import Settings
 
 
 class PinnedViews(Mapping[str, str]):
-    """silver table name -> a temporary view of the version being consumed.
+    """silver table name -> a temporary view of the version being consumed (Delta time
+    travel, `versionAsOf`), so every query of one gold run sees the same silver.
+    `close` drops the views."""
 
-    Every lookup registers a fresh read: Spark 4.1.4 caches a Python data source's planned
-    read (pushed filters, pruned files) on the relation a view holds, and two scans of one
-    relation in one query with different filters share it (measured: a join of `k >= 5`
-    and `k <= 2` of one view returned nothing; here, statuses read with another scan's
-    filters). One relation per scan avoids sharing plans at all. `close` drops the views.
-    """
-
-    _serial = itertools.count()
-
-    def __init__(self, spark: SparkSession, settings: Settings, versions: Mapping[str, int],
-                 uris: Mapping[str, str]) -> None:
-        self._spark, self._settings = spark, settings
-        self._versions, self._uris = dict(versions), dict(uris)
-        self._registered: list[str] = []
+    def __init__(self, spark: SparkSession, versions: Mapping[str, int],
+                 paths: Mapping[str, str]) -> None:
+        self._spark = spark
+        self._versions = dict(versions)
+        self._names: dict[str, str] = {}
+        for source, version in self._versions.items():
+            name = f"gold_src_{source}"
+            (spark.read.format("delta").option("versionAsOf", version).load(paths[source])
+             .createOrReplaceTempView(name))
+            self._names[source] = name
 
     def __getitem__(self, source: str) -> str:
-        name = f"gold_src_{source}_{next(self._serial)}"
-        (self._spark.read.format("lakehouse_delta")
-         .option("table", self._uris[source])
-         .option("versionAsOf", str(self._versions[source]))
-         .option("profile", self._settings.profile)
-         .load().createOrReplaceTempView(name))
-        self._registered.append(name)
-        return name
+        return self._names[source]
 
     def close(self) -> None:
-        for name in self._registered:
+        for name in self._names.values():
             self._spark.catalog.dropTempView(name)
-        self._registered.clear()
+        self._names.clear()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._versions)
@@ -83,6 +73,6 @@ def literal_ts(text: str) -> str:
 
 def materialize(spark: SparkSession, frame: DataFrame, name: str) -> str:
     """Compute a small intermediate result once (keys, scopes) and register it as view
-    `name`: later queries then neither re-read silver for it nor share its scan plan."""
-    spark.createDataFrame(frame.toArrow(), schema=frame.schema).createOrReplaceTempView(name)
+    `name`: later queries then do not re-read silver for it."""
+    frame.localCheckpoint(eager=True).createOrReplaceTempView(name)
     return name

@@ -1,24 +1,40 @@
 """Which silver versions a gold table has consumed, and the silver rows changed since.
 
-The consumed version of each source is an app transaction in the gold table's own log
-(`lakehouse-gold-<silver table>` -> silver version), written in the same commit as the gold
-rows it produced; a crash therefore never leaves gold and its progress out of step.
+The consumed version of each source is recorded in the user metadata of the gold commit
+that wrote the rows computed from it (`{"lakehouse.gold": mode, "consumed": {silver table:
+version}}`), so a crash never leaves gold and its progress out of step. The progress is
+read from the Delta log alone (delta-rs, read-only, no Spark needed), which lets the CLI
+say "nothing to do" before a Spark session starts.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-import pyarrow as pa
-from deltalake import DeltaTable, Transaction
-from deltalake.exceptions import DeltaError
+from deltalake import DeltaTable
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
 
-CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+METADATA_KEY = "lakehouse.gold"
 
 
-def app_id(source: str) -> str:
-    """Id of the app transaction recording how far a gold table read `source`."""
-    return f"lakehouse-gold-{source}"
+def commit_metadata(mode: str, consumed: Mapping[str, int]) -> str:
+    """The user metadata of a gold commit: how it was made and the silver versions read."""
+    return json.dumps({METADATA_KEY: mode, "consumed": dict(consumed)}, sort_keys=True)
+
+
+def consumed_versions(gold: DeltaTable) -> dict[str, int]:
+    """Silver versions recorded by the newest gold commit that recorded any (none: {})."""
+    for commit in sorted(gold.history(), key=lambda c: -int(c.get("version", -1))):
+        try:
+            recorded = json.loads(commit.get("userMetadata") or "null")
+        except ValueError:
+            continue
+        if isinstance(recorded, dict) and METADATA_KEY in recorded:
+            return {str(k): int(v) for k, v in recorded.get("consumed", {}).items()}
+    return {}
 
 
 @dataclass(frozen=True)
@@ -38,33 +54,25 @@ class SourceProgress:
         """Changes since `consumed` can be read (else the table was recreated: rebuild)."""
         return self.consumed is not None and self.consumed <= self.current
 
-    def transaction(self) -> Transaction:
-        return Transaction(app_id(self.table), self.current)
+
+def source_progress(consumed: Mapping[str, int], source: str,
+                    silver: DeltaTable) -> SourceProgress:
+    return SourceProgress(source, consumed.get(source), silver.version())
 
 
-def source_progress(gold: DeltaTable, source: str, silver: DeltaTable) -> SourceProgress:
-    return SourceProgress(source, gold.transaction_version(app_id(source)), silver.version())
-
-
-def _plain_types(rows: pa.Table) -> pa.Table:
-    """delta-rs hands string/binary views, which Spark cannot convert: plain types."""
-    plain = {pa.types.is_string_view: pa.string(), pa.types.is_binary_view: pa.binary()}
-    fields = [next((pa.field(f.name, target) for test, target in plain.items()
-                    if test(f.type)), f) for f in rows.schema]
-    return rows.cast(pa.schema(fields))
-
-
-def changed_rows(silver: DeltaTable, progress: SourceProgress,
-                 columns: list[str]) -> pa.Table | None:
+def changed_rows(spark: SparkSession, silver_path: str, progress: SourceProgress,
+                 columns: list[str]) -> DataFrame | None:
     """`columns` of every row inserted, deleted or updated (both images) in the versions
-    after `consumed` up to `current`; None when the change feed cannot give them (log or
-    change files already cleaned up), which makes the caller rebuild."""
+    after `consumed` up to `current`, read from silver's change data feed and kept on the
+    executors; None when the feed cannot give them (log or change files already cleaned
+    up), which makes the caller rebuild."""
     assert progress.consumed is not None
     if not progress.has_news:
         return None
     try:
-        reader = silver.load_cdf(starting_version=progress.consumed + 1,
-                                 ending_version=progress.current, columns=columns)
-        return _plain_types(pa.table(reader).select(columns))
-    except DeltaError:
+        return (spark.read.format("delta").option("readChangeFeed", "true")
+                .option("startingVersion", progress.consumed + 1)
+                .option("endingVersion", progress.current)
+                .load(silver_path).select(*columns).localCheckpoint(eager=True))
+    except PySparkException:
         return None

@@ -13,11 +13,16 @@ from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import SparkSession
 
 from lakehouse.definitions import load_definitions
-from lakehouse.storage import storage_options, table_uri
+from lakehouse.storage import spark_uri, storage_options, table_uri
 from settings import ConfigError, Settings
 from spark_streaming.gold import rentals_weather, station_availability, system_utilisation
 from spark_streaming.gold.metric import GoldMetric, PinnedViews, Views, materialize
-from spark_streaming.gold.progress import SourceProgress, changed_rows, source_progress
+from spark_streaming.gold.progress import (
+    SourceProgress,
+    changed_rows,
+    consumed_versions,
+    source_progress,
+)
 from spark_streaming.gold.writer import replace_all, replace_keys
 
 log = logging.getLogger("lakehouse.gold")
@@ -32,6 +37,7 @@ class GoldError(ConfigError):
 
 
 def _open(settings: Settings, name: str) -> DeltaTable:
+    """The table's Delta log (delta-rs, read-only: existence and versions before Spark)."""
     uri = table_uri(settings, name)
     try:
         return DeltaTable(uri, storage_options=storage_options(settings, uri))
@@ -40,7 +46,7 @@ def _open(settings: Settings, name: str) -> DeltaTable:
                         "first") from None
 
 
-def _register_changes(spark: SparkSession, metric: GoldMetric, silver: dict[str, DeltaTable],
+def _register_changes(spark: SparkSession, settings: Settings, metric: GoldMetric,
                       progress: Sequence[SourceProgress],
                       views: Views) -> dict[str, str] | None:
     """Views of each source's changed rows (empty when it has no news); None: a change
@@ -50,10 +56,11 @@ def _register_changes(spark: SparkSession, metric: GoldMetric, silver: dict[str,
         columns = list(metric.sources[source.table])
         name = f"gold_changes_{source.table}"
         if source.has_news:
-            rows = changed_rows(silver[source.table], source, columns)
+            rows = changed_rows(spark, spark_uri(table_uri(settings, source.table)), source,
+                                columns)
             if rows is None:
                 return None
-            spark.createDataFrame(rows).createOrReplaceTempView(name)
+            rows.createOrReplaceTempView(name)
         else:
             materialize(spark, spark.table(views[source.table]).select(*columns).limit(0), name)
         changes[source.table] = name
@@ -63,42 +70,45 @@ def _register_changes(spark: SparkSession, metric: GoldMetric, silver: dict[str,
 def run_metric(spark: SparkSession, settings: Settings, metric: GoldMetric, rebuild: bool,
                report: Report) -> int:
     """Bring one gold table up to date with its sources; rows written (0: nothing to do)."""
-    gold = _open(settings, metric.table)
-    silver = {name: _open(settings, name) for name in metric.sources}
-    progress = [source_progress(gold, name, table) for name, table in silver.items()]
+    consumed = consumed_versions(_open(settings, metric.table))
+    progress = [source_progress(consumed, name, _open(settings, name))
+                for name in metric.sources]
     if not rebuild and not any(p.has_news for p in progress):
         report(f"{metric.table}: up to date with "
                + ", ".join(f"{p.table} v{p.current}" for p in progress))
         return 0
     began = time.monotonic()
-    views = PinnedViews(spark, settings, {p.table: p.current for p in progress},
-                        {name: table_uri(settings, name) for name in silver})
+    gold_path = spark_uri(table_uri(settings, metric.table))
+    views = PinnedViews(spark, {p.table: p.current for p in progress},
+                        {name: spark_uri(table_uri(settings, name)) for name in metric.sources})
     try:
-        transactions = [p.transaction() for p in progress]
+        reading = {p.table: p.current for p in progress}
         changes = None
         if not rebuild and all(p.replayable for p in progress):
-            changes = _register_changes(spark, metric, silver, progress, views)
+            changes = _register_changes(spark, settings, metric, progress, views)
             if changes is None:
                 report(f"{metric.table}: a silver change feed is no longer readable; rebuilding")
         elif not rebuild:
             report(f"{metric.table}: no consumed silver versions recorded; building in full")
         if changes is None:
-            rows = metric.compute_all(spark, settings, views).toArrow()
-            replace_all(gold, rows, transactions)
+            rows = metric.compute_all(spark, settings, views).localCheckpoint(eager=True)
+            replace_all(spark, gold_path, rows, reading)
             mode = "rebuilt"
         else:
             frame, key_frame = metric.compute_changed(spark, settings, views, changes)
-            rows, keys = frame.toArrow(), key_frame.toArrow()
+            rows = frame.localCheckpoint(eager=True)
+            keys = key_frame.localCheckpoint(eager=True)
             unique_key = load_definitions(tables=[metric.table])[0].unique_key
-            replace_keys(gold, rows, keys, unique_key, transactions)
-            mode = f"replaced {keys.num_rows} key(s)"
+            replace_keys(spark, gold_path, rows, keys, unique_key, reading)
+            mode = f"replaced {keys.count()} key(s)"
+        written = rows.count()
     finally:
         views.close()
-    report(f"{metric.table}: {mode}, {rows.num_rows} row(s) written from "
+    report(f"{metric.table}: {mode}, {written} row(s) written from "
            + ", ".join(f"{p.table} v{p.consumed if p.consumed is not None else '-'}"
                        f"->v{p.current}" for p in progress)
            + f" in {time.monotonic() - began:.1f} s")
-    return rows.num_rows
+    return written
 
 
 def preflight(settings: Settings, tables: Sequence[str] | None = None) -> list[str]:
@@ -116,8 +126,8 @@ def preflight(settings: Settings, tables: Sequence[str] | None = None) -> list[s
 
 def behind(settings: Settings, table: str) -> bool:
     """Whether silver has versions the gold `table` has not consumed (cheap: logs only)."""
-    gold = _open(settings, table)
-    return any(source_progress(gold, name, _open(settings, name)).has_news
+    consumed = consumed_versions(_open(settings, table))
+    return any(source_progress(consumed, name, _open(settings, name)).has_news
                for name in METRICS[table].sources)
 
 

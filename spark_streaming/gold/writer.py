@@ -1,69 +1,72 @@
-"""Gold commits through delta-rs (the Spark `lakehouse_delta` writer refuses tables with
-CHECK constraints, and every gold table has some): a full replace, or a replace of exactly
-the affected unique keys, each one commit carrying the consumed silver versions."""
+"""Gold commits with delta-spark: a full replace, or a replace of exactly the affected
+unique keys, each one commit whose user metadata records the silver versions consumed
+(see progress.py). Delta enforces the tables' CHECK constraints and NOT NULL columns."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
-import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_streaming.gold.progress import commit_metadata
 
 GONE = "_gold_gone"
+_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+# set on a commit that only records consumed versions (nothing to write)
+_RECORDED_PROPERTY = "lakehouse.gold.consumed"
 
 
-def gold_schema(table: DeltaTable) -> pa.Schema:
-    """The table's Arrow schema without NOT NULL (merge sources carry key-only tombstones)."""
-    schema = pa.schema(table.schema().to_arrow())
-    return pa.schema([field.with_nullable(True).remove_metadata() for field in schema])
+@contextmanager
+def _user_metadata(spark: SparkSession, text: str) -> Iterator[None]:
+    spark.conf.set(_USER_METADATA, text)
+    try:
+        yield
+    finally:
+        spark.conf.unset(_USER_METADATA)
 
 
-def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
-    return rows.select(schema.names).cast(schema)
+def _conform(rows: DataFrame, table: DeltaTable) -> DataFrame:
+    return rows.select(*[F.col(f.name).cast(f.dataType).alias(f.name)
+                         for f in table.toDF().schema])
 
 
-def _commit(transactions: Sequence[Transaction], mode: str) -> CommitProperties:
-    return CommitProperties(app_transactions=list(transactions),
-                            custom_metadata={"lakehouse.gold": mode})
-
-
-def replace_all(table: DeltaTable, rows: pa.Table,
-                transactions: Sequence[Transaction]) -> None:
+def replace_all(spark: SparkSession, path: str, rows: DataFrame,
+                consumed: Mapping[str, int]) -> None:
     """Overwrite the whole table with `rows` (rebuild)."""
-    full = pa.schema(table.schema().to_arrow())
-    write_deltalake(table, _conform(rows, gold_schema(table)).cast(full), mode="overwrite",
-                    commit_properties=_commit(transactions, "rebuild"))
+    (_conform(rows, DeltaTable.forPath(spark, path)).write.format("delta").mode("overwrite")
+     .option("userMetadata", commit_metadata("rebuild", consumed)).save(path))
 
 
-def replace_keys(table: DeltaTable, rows: pa.Table, keys: pa.Table, unique_key: Sequence[str],
-                 transactions: Sequence[Transaction]) -> None:
+def replace_keys(spark: SparkSession, path: str, rows: DataFrame, keys: DataFrame,
+                 unique_key: Sequence[str], consumed: Mapping[str, int]) -> None:
     """Make the rows with a unique key in `keys` equal `rows` (keys without a new row are
     deleted), in one MERGE commit; every key of `rows` must be in `keys`."""
-    schema = gold_schema(table)
-    rows = _conform(rows, schema)
-    new_keys = {tuple(r.values()) for r in rows.select(list(unique_key)).to_pylist()}
-    gone = [k for k in keys.select(list(unique_key)).to_pylist()
-            if tuple(k.values()) not in new_keys]
-    tombstones = pa.Table.from_pylist(gone, schema=pa.schema(
-        [schema.field(c) for c in unique_key])) if gone else None
-    source = rows.append_column(GONE, pa.array([False] * rows.num_rows, pa.bool_()))
-    if tombstones is not None:
-        padded = {name: (tombstones.column(name) if name in unique_key
-                         else pa.nulls(len(gone), schema.field(name).type))
-                  for name in schema.names}
-        padded[GONE] = pa.array([True] * len(gone), pa.bool_())
-        source = pa.concat_tables([source, pa.table(padded, schema=source.schema)])
-    if source.num_rows == 0:
-        # delta-rs makes no commit for an empty MERGE: record the consumed versions with an
-        # empty append, so the silver versions that changed nothing here are not re-read
-        write_deltalake(table, pa.schema(table.schema().to_arrow()).empty_table(),
-                        mode="append", commit_properties=_commit(transactions, "incremental"))
-        return
-    match = " AND ".join(f"t.{c} = s.{c}" for c in unique_key)
-    values = {c: f"s.{c}" for c in schema.names}
-    (table.merge(source, match, source_alias="s", target_alias="t",
-                 commit_properties=_commit(transactions, "incremental"))
-     .when_matched_delete(f"s.{GONE}")
-     .when_matched_update(values, f"NOT s.{GONE}")
-     .when_not_matched_insert(values, f"NOT s.{GONE}")
-     .execute())
+    table = DeltaTable.forPath(spark, path)
+    schema = table.toDF().schema
+    key = list(unique_key)
+    rows = _conform(rows, table)
+    gone = keys.select(*key).distinct().join(rows.select(*key), key, "left_anti")
+    tombstones = gone.select(*[F.col(f.name) if f.name in key
+                               else F.lit(None).cast(f.dataType).alias(f.name)
+                               for f in schema])
+    source = (rows.withColumn(GONE, F.lit(False))
+              .unionByName(tombstones.withColumn(GONE, F.lit(True))).localCheckpoint())
+    metadata = commit_metadata("incremental", consumed)
+    with _user_metadata(spark, metadata):
+        if source.isEmpty():
+            # Delta makes no commit for an empty MERGE: record the consumed versions in a
+            # commit of their own, so silver versions that changed nothing here are not
+            # read again
+            spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+                      f"('{_RECORDED_PROPERTY}' = '{metadata}')")
+            return
+        values = {f"`{c}`": f"s.`{c}`" for c in schema.fieldNames()}
+        (table.alias("t").merge(source.alias("s"),
+                                " AND ".join(f"t.`{c}` = s.`{c}`" for c in key))
+         .whenMatchedDelete(condition=f"s.{GONE}")
+         .whenMatchedUpdate(condition=f"NOT s.{GONE}", set=values)
+         .whenNotMatchedInsert(condition=f"NOT s.{GONE}", values=values)
+         .execute())

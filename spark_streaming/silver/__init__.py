@@ -3,7 +3,7 @@
 Modules, one job each: spec (pipeline spec files in pipelines/), expectations (suites and
 row rules compiled to Spark predicates), field_types (message field conversions), parsing
 (bronze -> typed columns, parse/schema failures), routing (silver / quarantine / fail,
-counts), delta_writes (exactly-once delta-rs commits), dedupe_append, scd2 and cdc_merge
+counts), delta_writes (exactly-once delta-spark commits), dedupe_append, scd2 and cdc_merge
 (the write modes), batch (one micro-batch), job (the streaming queries, run and rebuild),
 table_checks (table-level expectations with Great Expectations).
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.storagelevel import StorageLevel
 
@@ -62,12 +61,13 @@ class SilverPipeline:
             routed = type(routed)(frame, routed.rules, routed.late)
             counts = count(routed)
             check_fail_rules(routed, self.spec.table, batch_id, counts)
-            self.quarantine.append_new_records(
-                self.quarantine.conform(quarantine_rows(routed).toArrow()),
-                self.run_id, batch_id)
-            counts["changed"] = self._write_silver(spark, good_rows(routed, self.table),
+            if counts["quarantined"]:
+                self.quarantine.append_new_records(quarantine_rows(routed), self.run_id,
                                                    batch_id)
-            self.metrics.append(self._metrics_rows(counts, batch_id), self.run_id, batch_id)
+            counts["changed"] = (self._write_silver(spark, good_rows(routed, self.table),
+                                                    batch_id) if counts["passed"] else 0)
+            self.metrics.append(self._metrics_rows(spark, counts, batch_id), self.run_id,
+                                batch_id)
         finally:
             frame.unpersist()
         for name in TOTALS:
@@ -80,10 +80,10 @@ class SilverPipeline:
         if mode == "cdc_merge":
             return cdc_merge.write(rows, list(self.spec.key), self.table, target, run_id,
                                    batch_id)
-        return scd2.write(spark, self.settings.profile, rows, self.spec, self.table, target,
-                          run_id, batch_id)
+        return scd2.write(spark, rows, self.spec, self.table, target, run_id, batch_id)
 
-    def _metrics_rows(self, counts: dict[str, int], batch_id: int) -> pa.Table:
+    def _metrics_rows(self, spark: SparkSession, counts: dict[str, int],
+                      batch_id: int) -> DataFrame:
         checked = counts["checked"]
         read_not_tombstone = counts["read"] - counts["tombstones"]
         rows = [(rule.name, rule.severity, checked, counts[f"_r{i}"])
@@ -95,15 +95,11 @@ class SilverPipeline:
                  ("_tombstones", "skipped", counts["read"], counts["tombstones"]),
                  ("_batch", "batch", counts["read"], counts["quarantined"])]
         now = datetime.now(UTC)
-        return pa.table({
-            "silver_table": [self.spec.table] * len(rows),
-            "run_id": [self.run_id] * len(rows),
-            "batch_id": pa.array([batch_id] * len(rows), pa.int64()),
-            "rule": [r[0] for r in rows],
-            "severity": [r[1] for r in rows],
-            "rows_checked": pa.array([r[2] for r in rows], pa.int64()),
-            "rows_failed": pa.array([r[3] for r in rows], pa.int64()),
-            "rows_passed": pa.array([counts["passed"] if r[0] == "_batch" else r[2] - r[3]
-                                     for r in rows], pa.int64()),
-            "recorded_at": pa.array([now] * len(rows), pa.timestamp("us", tz="UTC")),
-        })
+        records = [{
+            "silver_table": self.spec.table, "run_id": self.run_id, "batch_id": batch_id,
+            "rule": rule, "severity": severity, "rows_checked": checked_rows,
+            "rows_failed": failed,
+            "rows_passed": counts["passed"] if rule == "_batch" else checked_rows - failed,
+            "recorded_at": now,
+        } for rule, severity, checked_rows, failed in rows]
+        return spark.createDataFrame(records, schema=self.metrics.schema(spark))

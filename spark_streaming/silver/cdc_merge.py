@@ -28,12 +28,6 @@ def write(rows: DataFrame, key: list[str], table: TableDefinition, target: Delta
     order = [F.col("source_lsn").desc(), F.col("source_ts_ms").desc(),
              F.col("kafka_partition"), F.col("kafka_offset")]
     newest = first_per_key(rows, key, order)
-    data = target.conform(newest.toArrow())
-    merger = target.merge(data, " AND ".join(f"t.`{c}` = s.`{c}`" for c in key),
-                          run_id, batch_id)
-    if merger is None:
-        return 0
-    metrics = (merger.when_matched_update_all(predicate=NEWER)
-               .when_not_matched_insert_all().execute())
-    return int(metrics.get("num_target_rows_inserted", 0)) + int(
-        metrics.get("num_target_rows_updated", 0))
+    merge = (target.merge(newest, " AND ".join(f"t.`{c}` = s.`{c}`" for c in key))
+             .whenMatchedUpdateAll(condition=NEWER).whenNotMatchedInsertAll())
+    return target.execute(merge, rows.sparkSession, run_id, batch_id)

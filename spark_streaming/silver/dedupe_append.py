@@ -25,10 +25,7 @@ def write(rows: DataFrame, table: TableDefinition, target: DeltaTarget, run_id: 
           batch_id: int) -> int:
     key = list(table.unique_key)
     unique = first_per_key(rows, key, [F.col("kafka_partition"), F.col("kafka_offset")])
-    data = target.conform(unique.toArrow())
     on = key + [c for c in table.partition_by if c not in key]
-    merger = target.merge(data, " AND ".join(f"t.`{c}` = s.`{c}`" for c in on), run_id, batch_id)
-    if merger is None:
-        return 0
-    metrics = merger.when_not_matched_insert_all().execute()
-    return int(metrics.get("num_target_rows_inserted", 0))
+    merge = target.merge(unique, " AND ".join(f"t.`{c}` = s.`{c}`" for c in on)
+                         ).whenNotMatchedInsertAll()
+    return target.execute(merge, rows.sparkSession, run_id, batch_id)

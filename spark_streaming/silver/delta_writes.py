@@ -1,19 +1,51 @@
-"""Driver-side Delta commits with delta-rs, exactly once per (table, run, micro-batch).
+"""Delta commits with delta-spark, exactly once per (table, run, micro-batch).
 
-Silver and quarantine tables carry CHECK constraints, which the lakehouse_delta Spark
-writer refuses; delta-rs enforces them (and NOT NULL). Every commit carries the app
-transaction (run id, batch id); a batch whose id the table already recorded for the run
-is skipped, so a micro-batch replayed after a crash never writes twice.
+Every write carries Delta's app transaction (run id, batch id): appends through the
+writer's `txnAppId`/`txnVersion` options, MERGEs through the session's
+`spark.databricks.delta.write.txnAppId`/`txnVersion`. Delta skips a write whose batch id
+the table already recorded for the run, so a micro-batch replayed after a crash never
+writes twice. Inside foreachBatch the batch's session is the streaming query's own clone,
+so the MERGE settings never leak into another query's commits. CHECK constraints and NOT
+NULL columns are enforced by Delta itself.
 """
 
 from __future__ import annotations
 
-import pyarrow as pa
-import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from lakehouse.storage import storage_options, table_uri
+from delta.tables import DeltaMergeBuilder, DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from lakehouse.storage import spark_uri, table_uri
 from settings import Settings
+
+_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+
+
+@contextmanager
+def app_transaction(spark: SparkSession, run_id: str, batch_id: int) -> Iterator[None]:
+    """DML (MERGE, DELETE) run inside commits as (run_id, batch_id), once."""
+    spark.conf.set(_TXN_APP_ID, run_id)
+    spark.conf.set(_TXN_VERSION, str(batch_id))
+    try:
+        yield
+    finally:
+        spark.conf.unset(_TXN_APP_ID)
+        spark.conf.unset(_TXN_VERSION)
+
+
+def merged_rows(metrics: DataFrame | None) -> int:
+    """Rows a MERGE inserted, updated or deleted (0 when Delta skipped it as done)."""
+    row = metrics.first() if metrics is not None else None
+    if row is None:
+        return 0
+    values = row.asDict()
+    return sum(int(values.get(k) or 0) for k in
+               ("num_inserted_rows", "num_updated_rows", "num_deleted_rows"))
 
 
 class DeltaTarget:
@@ -22,58 +54,52 @@ class DeltaTarget:
     def __init__(self, settings: Settings, name: str) -> None:
         self.name = name
         self.uri = table_uri(settings, name)
-        self.storage = storage_options(settings, self.uri)
+        self.path = spark_uri(self.uri)
 
-    def open(self) -> DeltaTable:
-        return DeltaTable(self.uri, storage_options=self.storage)
+    def open(self, spark: SparkSession) -> DeltaTable:
+        return DeltaTable.forPath(spark, self.path)
 
-    def already_committed(self, run_id: str, batch_id: int) -> bool:
-        done = self.open().transaction_version(run_id)
-        return done is not None and done >= batch_id
+    def read(self, spark: SparkSession) -> DataFrame:
+        return spark.read.format("delta").load(self.path)
 
-    @staticmethod
-    def commit_properties(run_id: str, batch_id: int) -> CommitProperties:
-        return CommitProperties(app_transactions=[Transaction(run_id, batch_id)])
+    def schema(self, spark: SparkSession) -> StructType:
+        return self.open(spark).toDF().schema
 
-    def conform(self, data: pa.Table) -> pa.Table:
-        """Columns in the table's order and types (Spark hands every column as nullable)."""
-        schema = pa.schema(self.open().schema().to_arrow())
-        return pa.table([data.column(f.name).cast(f.type) for f in schema],
-                        schema=schema.with_metadata(None) if schema.metadata else schema)
+    def conform(self, data: DataFrame) -> DataFrame:
+        """Columns in the table's order and types."""
+        return data.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name)
+                             for f in self.schema(data.sparkSession)])
 
-    def append(self, data: pa.Table, run_id: str, batch_id: int) -> bool:
-        """Append `data` once for (run, batch); False when skipped (done before or empty)."""
-        if data.num_rows == 0 or self.already_committed(run_id, batch_id):
-            return False
-        write_deltalake(self.uri, self.conform(data), mode="append",
-                        storage_options=self.storage,
-                        commit_properties=self.commit_properties(run_id, batch_id))
-        return True
+    def append(self, data: DataFrame, run_id: str, batch_id: int) -> None:
+        """Append `data` once for (run, batch); Delta skips a batch it recorded before."""
+        (self.conform(data).write.format("delta").mode("append")
+         .option("txnAppId", run_id).option("txnVersion", batch_id).save(self.path))
 
-    def append_new_records(self, data: pa.Table, run_id: str, batch_id: int) -> bool:
-        """Append the rows whose Kafka coordinates the table does not hold yet: quarantine
+    def append_new_records(self, data: DataFrame, run_id: str, batch_id: int) -> int:
+        """Insert the rows whose Kafka coordinates the table does not hold yet: quarantine
         is append-only and keyed by (topic, partition, offset), so a rebuild from bronze
         does not add a record twice."""
-        if data.num_rows == 0:
-            return False
-        existing = self.open().to_pyarrow_dataset().to_table(
-            columns=["kafka_topic", "kafka_partition", "kafka_offset"],
-            filter=pc.field("kafka_offset").isin(data.column("kafka_offset")))
-        seen = {(t, p, o) for t, p, o in zip(*(existing.column(c).to_pylist()
-                                               for c in existing.column_names), strict=True)}
-        if seen:
-            keep = [(t, p, o) not in seen for t, p, o in zip(
-                data.column("kafka_topic").to_pylist(), data.column("kafka_partition").to_pylist(),
-                data.column("kafka_offset").to_pylist(), strict=True)]
-            data = data.filter(pa.array(keep))
-        return self.append(data, run_id, batch_id)
+        on = " AND ".join(f"t.{c} = s.{c}" for c in
+                          ("kafka_topic", "kafka_partition", "kafka_offset"))
+        merge = self.merge(data, on).whenNotMatchedInsertAll()
+        return self.execute(merge, data.sparkSession, run_id, batch_id)
 
-    def merge(self, data: pa.Table, predicate: str, run_id: str, batch_id: int
-              ) -> DeltaTable | None:
-        """A TableMerger over `data` (source alias s, target t) for the caller to finish,
-        or None when there is nothing to do (done before or empty)."""
-        if data.num_rows == 0 or self.already_committed(run_id, batch_id):
-            return None
-        return self.open().merge(data, predicate=predicate, source_alias="s",
-                                 target_alias="t", error_on_type_mismatch=False,
-                                 commit_properties=self.commit_properties(run_id, batch_id))
+    def merge(self, data: DataFrame, predicate: str) -> DeltaMergeBuilder:
+        """A MERGE of `data` (alias s) into the table (alias t) for the caller to finish."""
+        return (self.open(data.sparkSession).alias("t")
+                .merge(self.conform_extra(data).alias("s"), predicate))
+
+    def conform_extra(self, data: DataFrame) -> DataFrame:
+        """`conform`, keeping columns the table does not have (merge conditions use them)."""
+        table = self.schema(data.sparkSession)
+        names = set(table.fieldNames())
+        return data.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name)
+                             for f in table],
+                           *[F.col(f"`{c}`") for c in data.columns if c not in names])
+
+    @staticmethod
+    def execute(merge: DeltaMergeBuilder, spark: SparkSession, run_id: str,
+                batch_id: int) -> int:
+        """Run the MERGE once for (run, batch); rows it changed."""
+        with app_transaction(spark, run_id, batch_id):
+            return merged_rows(merge.execute())

@@ -1,6 +1,6 @@
 """The silver streaming queries: one per silver table, reading its bronze table as a
-stream (lakehouse_delta, table versions in the checkpoint) into a foreachBatch that
-parses, checks and commits with delta-rs.
+Delta stream (delta-spark, table versions in the checkpoint) into a foreachBatch that
+parses, checks and commits with delta-spark.
 
 Checkpoints live at <checkpoint root>/<silver table>; next to each, <silver table>.run_id
 holds the id of the checkpoint's generation, used as the Delta app-transaction id of every
@@ -18,13 +18,13 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from deltalake.exceptions import TableNotFoundError
+from delta.tables import DeltaTable
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from lakehouse.definitions import TableDefinition, load_definitions
-from lakehouse.storage import storage_options, table_uri
+from lakehouse.storage import storage_options
 from lakehouse.table_manager import apply_plan, plan_table
 from settings import ConfigError, Settings
 from spark_streaming.checkpoint_offsets import last_source_offset
@@ -77,13 +77,11 @@ def start_query(spark: SparkSession, settings: Settings, pipeline: SilverPipelin
     source = pipeline.table.source
     assert source is not None  # checked by the spec loader
     checkpoint = str(_checkpoint(settings, pipeline.spec.table))
-    reader = (spark.readStream.format("lakehouse_delta")
-              .option("table", table_uri(settings, source.tables[0]))
-              .option("profile", settings.profile)
-              .option("checkpointLocation", checkpoint))
+    reader = spark.readStream.format("delta")
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
-    writer = (reader.load().writeStream.queryName(pipeline.spec.table)
+    bronze = DeltaTarget(settings, source.tables[0])
+    writer = (reader.load(bronze.path).writeStream.queryName(pipeline.spec.table)
               .foreachBatch(pipeline.process).option("checkpointLocation", checkpoint))
     writer = (writer.trigger(availableNow=True) if available_now
               else writer.trigger(processingTime=interval))
@@ -102,18 +100,22 @@ def _prepare(settings: Settings, tables: list[str] | None, specs: list[PipelineS
     return [_pipeline(settings, spec, definitions) for spec in chosen]
 
 
-def _caught_up(settings: Settings, pipeline: SilverPipeline) -> bool:
-    """The query's last batch ended at the bronze table's latest version (saves starting
-    a query only to find nothing new)."""
+def _caught_up(spark: SparkSession, settings: Settings, pipeline: SilverPipeline) -> bool:
+    """The query's last batch read the bronze table's latest version to its end (saves
+    starting a query only to find nothing new). Delta's source offset after a fully read
+    version v is (v + 1, index -1)."""
     source = pipeline.table.source
     assert source is not None
     offset = last_source_offset(str(_checkpoint(settings, pipeline.spec.table)),
-                                lambda value: "version" in value)
+                                lambda value: "reservoirVersion" in value)
     if offset is None:
         return False
-    bronze = DeltaTarget(settings, source.tables[0]).open()
-    return (offset.get("tableId") == str(bronze.metadata().id)
-            and int(offset["version"]) >= bronze.version())
+    bronze = DeltaTarget(settings, source.tables[0]).open(spark)
+    detail = bronze.detail().select("id").first()
+    latest = bronze.history(1).select("version").first()
+    return (detail is not None and latest is not None
+            and offset.get("reservoirId") == detail["id"]
+            and int(offset["reservoirVersion"]) > int(latest["version"]))
 
 
 def _terminated(query: StreamingQuery) -> bool:
@@ -167,7 +169,7 @@ def run_silver(spark: SparkSession, settings: Settings, tables: list[str] | None
             read_this_round += rows
             report(f"silver round {round_number}: {pipeline.spec.table}: {rows} bronze rows, "
                    f"totals {pipeline.totals}")
-            if rows == 0 or _caught_up(settings, pipeline):
+            if rows == 0 or _caught_up(spark, settings, pipeline):
                 pending.remove(pipeline)
         if read_this_round == 0:
             break
@@ -212,10 +214,10 @@ def rebuild_silver(spark: SparkSession, settings: Settings, table: str,
     shutil.rmtree(checkpoint, ignore_errors=True)
     checkpoint.with_suffix(".run_id").unlink(missing_ok=True)
     target = DeltaTarget(settings, table)
-    try:
-        target.open().delete()
+    if DeltaTable.isDeltaTable(spark, target.path):
+        target.open(spark).delete()
         report(f"{table}: emptied, checkpoint {checkpoint} removed; replaying bronze")
-    except TableNotFoundError:
+    else:
         report(f"{table}: no table yet; building it from bronze")
     return run_silver(spark, settings, [table], available_now=True, report=report,
                       specs=chosen)

@@ -24,11 +24,9 @@ from spark_streaming.silver.spec import PipelineSpec
 CHANGED = ("attributes_hash", "valid_to", "is_current", "kafka_offset", "kafka_partition")
 
 
-def _stored(spark: SparkSession, target: DeltaTarget, profile: str, keys: DataFrame,
+def _stored(spark: SparkSession, target: DeltaTarget, keys: DataFrame,
             key: list[str]) -> DataFrame:
-    stored = (spark.read.format("lakehouse_delta").option("table", target.uri)
-              .option("profile", profile).load())
-    return stored.join(F.broadcast(keys), key, "left_semi")
+    return target.read(spark).join(F.broadcast(keys), key, "left_semi")
 
 
 def history(candidates: DataFrame, key: list[str]) -> DataFrame:
@@ -43,11 +41,11 @@ def history(candidates: DataFrame, key: list[str]) -> DataFrame:
             .drop("_prev", "_src"))
 
 
-def write(spark: SparkSession, profile: str, rows: DataFrame, spec: PipelineSpec,
+def write(spark: SparkSession, rows: DataFrame, spec: PipelineSpec,
           table: TableDefinition, target: DeltaTarget, run_id: str, batch_id: int) -> int:
     key = list(spec.key)
     columns = [c.name for c in table.columns]
-    stored = _stored(spark, target, profile, rows.select(*key).distinct(), key)
+    stored = _stored(spark, target, rows.select(*key).distinct(), key)
     stored = stored.select(*columns).localCheckpoint()  # a snapshot before we write
     candidates = stored.withColumn("_src", F.lit(0)).unionByName(
         rows.select(*columns).withColumn("_src", F.lit(1)))
@@ -62,20 +60,12 @@ def write(spark: SparkSession, profile: str, rows: DataFrame, spec: PipelineSpec
                .select(*columns).withColumn("_delete", F.lit(False)))
     deletes = (stored.join(versions.select(*on), on, "left_anti").select(*columns)
                .withColumn("_delete", F.lit(True)))
-    raw = upserts.unionByName(deletes).toArrow()
-    if raw.num_rows == 0:
-        return 0
-    data = target.conform(raw.drop_columns(["_delete"])).append_column(
-        "_delete", raw.column("_delete"))
-    merger = target.merge(data, " AND ".join(f"t.`{c}` = s.`{c}`" for c in on),
-                          run_id, batch_id)
-    if merger is None:
+    difference = upserts.unionByName(deletes).localCheckpoint()
+    if difference.isEmpty():
         return 0
     assignments = {f"`{c}`": f"s.`{c}`" for c in columns}
-    metrics = (merger.when_matched_delete(predicate="s._delete")
-               .when_matched_update(updates=assignments, predicate="NOT s._delete")
-               .when_not_matched_insert(updates=assignments, predicate="NOT s._delete")
-               .execute())
-    return sum(int(metrics.get(k, 0)) for k in ("num_target_rows_inserted",
-                                                  "num_target_rows_updated",
-                                                  "num_target_rows_deleted"))
+    merge = (target.merge(difference, " AND ".join(f"t.`{c}` = s.`{c}`" for c in on))
+             .whenMatchedDelete(condition="s._delete")
+             .whenMatchedUpdate(condition="NOT s._delete", set=assignments)
+             .whenNotMatchedInsert(condition="NOT s._delete", values=assignments))
+    return target.execute(merge, spark, run_id, batch_id)

@@ -17,7 +17,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from settings import Settings
@@ -80,9 +79,7 @@ def run_table_checks(spark: SparkSession, settings: Settings, tables: list[str] 
         expectations = suite.table_expectations
         if not expectations:
             continue
-        frame = (spark.read.format("lakehouse_delta")
-                 .option("table", DeltaTarget(settings, spec.table).uri)
-                 .option("profile", settings.profile).load())
+        frame = DeltaTarget(settings, spec.table).read(spark)
         asset = next((a for a in source.assets if a.name == spec.table), None) or \
             source.add_dataframe_asset(name=spec.table)
         batch_definition = next(
@@ -115,7 +112,6 @@ def run_table_checks(spark: SparkSession, settings: Settings, tables: list[str] 
         report(f"{spec.table}: {len(expectations)} table checks, failed: {failed or 'none'}")
     if results:
         target = DeltaTarget(settings, RESULTS_TABLE)
-        names = [f.name for f in pa.schema(target.open().schema().to_arrow())]
-        data = pa.table({n: [r[n] for r in results] for n in names})
+        data = spark.createDataFrame(results, schema=target.schema(spark))
         target.append(data, f"lakehouse-table-checks-{check_run}", 0)
     return results
