@@ -35,8 +35,8 @@ PROFILE = "test"
 Message = tuple[bytes, bytes, list[tuple[str, bytes]] | None]
 EVENTS = int(os.environ.get("BENCH_BRONZE_EVENTS", "1000000"))
 PARTITIONS = 6
-TARGET_EPS = 100_000
-TARGET_RATIO = 0.6
+TARGET_EPS = 150_000  # issue: Spark bronze >= 150,000 events/s and >= 1.5x the baseline
+TARGET_RATIO = 1.5
 
 
 def _event(i: int) -> bytes:
