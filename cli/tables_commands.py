@@ -182,14 +182,18 @@ def maintain(ctx: click.Context, definitions: Path | None, tables: tuple[str, ..
     """Compact (or Z-order where configured), vacuum within each table's retention and
     checkpoint the log; reports files before and after. Missing tables are skipped."""
     from lakehouse.maintenance import maintain_tables
+    from spark_streaming.session import build_spark_session
 
     loaded = _definitions(definitions, tables)
     root, storage = _target(ctx)
-    _say(f"maintaining {len(loaded)} tables under {root}")
+    _say(f"maintaining {len(loaded)} tables under {root} (starting Spark)")
+    spark = build_spark_session(load_settings(ctx.obj.get("profile")), "lakehouse-maintain")
     try:
-        results = maintain_tables(loaded, root, storage, _say, vacuum=not no_vacuum)
+        results = maintain_tables(spark, loaded, root, storage, _say, vacuum=not no_vacuum)
     except (DeltaError, OSError) as exc:
         _storage_failure(root, exc)
+    finally:
+        spark.stop()
     done = [r for r in results if r.status == "maintained"]
     before = sum(r.before.files for r in done if r.before)
     after = sum(r.after.files for r in done if r.after)

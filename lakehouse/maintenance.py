@@ -1,30 +1,40 @@
-"""Table maintenance with delta-rs: compaction or Z-order, vacuum, log checkpoint.
+"""Table maintenance with delta-spark: OPTIMIZE (ZORDER BY where declared), VACUUM, log
+checkpoint.
 
 Why each step and its guard:
-- Compaction merges small files (streaming micro-batches write many); delta-rs skips
-  partitions that are already one file, so a second run commits nothing.
-- Z-order (tables with `zorder_by`) clusters rows for data skipping, but delta-rs rewrites
-  every file of the table each time (measured on 1.6.6, even a single file), so it only
-  runs when some partition holds more than one file.
-- Vacuum deletes files removed longer ago than the table's own
-  delta.deletedFileRetentionDuration (delta-rs reads it from the table and refuses a
-  shorter retention); time travel within the retention keeps working.
-- A checkpoint bounds log replay for readers; old log files past
-  delta.logRetentionDuration are then cleaned up.
+- OPTIMIZE bin-packs small files (streaming micro-batches write many). It runs only when
+  some partition holds more than one file, so a second run commits nothing.
+- ZORDER BY (tables with `zorder_by`) clusters rows for data skipping; it rewrites the
+  files of every partition it touches, hence the same guard.
+- VACUUM deletes files removed longer ago than the table's own
+  delta.deletedFileRetentionDuration (Delta's default when no RETAIN is given); time
+  travel within the retention keeps working. A dry run first: nothing to delete, no run.
+- A checkpoint bounds log replay for readers; Delta cleans up log files older than
+  delta.logRetentionDuration when it writes one.
+- Safe while ingest writes: OPTIMIZE only conflicts with a concurrent rewrite of the same
+  files (never with appends); a conflicting commit is retried on the new version.
+
+File counts come from the Delta log (delta-rs, read-only), so a report costs no Spark job.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
+from delta.tables import DeltaTable as SparkDeltaTable
 from deltalake import DeltaTable
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
 
 from lakehouse.definitions import TableDefinition
+from lakehouse.storage import spark_uri
 from lakehouse.table_manager import open_table, table_location
 
 Report = Callable[[str], None]
+CONFLICT_RETRIES = 3
 
 
 @dataclass(frozen=True)
@@ -70,51 +80,86 @@ def count_files(table: DeltaTable) -> FileCount:
     return FileCount(actions.num_rows, total, largest)
 
 
-def _optimize(definition: TableDefinition, table: DeltaTable, before: FileCount) -> str:
+def _is_conflict(exc: Exception) -> bool:
+    return "Concurrent" in type(exc).__name__ or "ConcurrentModification" in str(exc) \
+        or "DELTA_CONCURRENT" in str(exc)
+
+
+def _retrying(action: Callable[[], object], what: str, report: Report) -> object:
+    """Run a Delta command again when a concurrent writer (ingest) committed first."""
+    for attempt in range(1, CONFLICT_RETRIES + 1):
+        try:
+            return action()
+        except PySparkException as exc:
+            if not _is_conflict(exc) or attempt == CONFLICT_RETRIES:
+                raise
+            report(f"{what}: a concurrent commit came first; retrying ({attempt})")
+            time.sleep(attempt)
+    raise AssertionError("unreachable")
+
+
+def _optimize(spark: SparkSession, definition: TableDefinition, path: str,
+              before: FileCount, report: Report) -> str:
     if before.largest_partition_files <= 1:
         return "already compact"
+    table = SparkDeltaTable.forPath(spark, path)
     if definition.zorder_by:
-        metrics = table.optimize.z_order(definition.zorder_by)
+        metrics = _retrying(lambda: table.optimize().executeZOrderBy(*definition.zorder_by),
+                            f"{definition.name} z-order", report)
         how = f"z-ordered on {', '.join(definition.zorder_by)}"
     else:
-        metrics = table.optimize.compact()
+        metrics = _retrying(lambda: table.optimize().executeCompaction(),
+                            f"{definition.name} compaction", report)
         how = "compacted"
-    return (f"{how} ({metrics['numFilesRemoved']} files -> {metrics['numFilesAdded']} in "
-            f"{metrics['partitionsOptimized']} partition(s))")
+    row = metrics.first()["metrics"]  # type: ignore[attr-defined,index]
+    return (f"{how} ({row['numFilesRemoved']} files -> {row['numFilesAdded']} in "
+            f"{row['partitionsOptimized']} partition(s))")
 
 
-def maintain_table(definition: TableDefinition, root: str, storage: dict[str, str],
-                   report: Report, vacuum: bool = True) -> MaintenanceReport:
+def _vacuum(spark: SparkSession, path: str) -> int:
+    """Files vacuum deleted (0 without running it when the dry run finds none)."""
+    candidates = spark.sql(f"VACUUM delta.`{path}` DRY RUN").count()
+    if candidates:
+        spark.sql(f"VACUUM delta.`{path}`").collect()
+    return candidates
+
+
+def _checkpoint(spark: SparkSession, path: str) -> None:
+    """Write a log checkpoint of the latest version now (Delta otherwise writes one every
+    delta.checkpointInterval commits). DeltaLog is Delta's internal API (4.4.0); no public
+    call does this."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).checkpoint()
+
+
+def maintain_table(spark: SparkSession, definition: TableDefinition, root: str,
+                   storage: dict[str, str], report: Report,
+                   vacuum: bool = True) -> MaintenanceReport:
     """Compact or Z-order, vacuum within the table's retention, checkpoint the log."""
     uri = table_location(root, definition.name)
     table = open_table(uri, storage)
     if table is None:
         return MaintenanceReport(definition.name, "missing")
+    path = spark_uri(uri)
     version_before = table.version()
     before = count_files(table)
     report(f"{definition.name}: {before.files} files, {before.bytes} bytes, version "
            f"{version_before}")
-    optimize = _optimize(definition, table, before)
+    optimize = _optimize(spark, definition, path, before, report)
+    vacuumed = _vacuum(spark, path) if vacuum else 0
+    _checkpoint(spark, path)
     table = DeltaTable(uri, storage_options=storage)
-    vacuumed: list[str] = []
-    if vacuum:
-        # retention_hours=None: the table's delta.deletedFileRetentionDuration (enforced)
-        candidates = table.vacuum(dry_run=True)
-        if candidates:  # a vacuum with nothing to delete would still commit twice
-            vacuumed = table.vacuum(dry_run=False)
-        table = DeltaTable(uri, storage_options=storage)
-    table.create_checkpoint()
-    table.cleanup_metadata()
     after = count_files(table)
     return MaintenanceReport(definition.name, "maintained", before, after, optimize,
-                             len(vacuumed), version_before, table.version(), table.version())
+                             vacuumed, version_before, table.version(), table.version())
 
 
-def maintain_tables(definitions: list[TableDefinition], root: str, storage: dict[str, str],
-                    report: Report, vacuum: bool = True) -> list[MaintenanceReport]:
+def maintain_tables(spark: SparkSession, definitions: list[TableDefinition], root: str,
+                    storage: dict[str, str], report: Report,
+                    vacuum: bool = True) -> list[MaintenanceReport]:
     results = []
     for definition in definitions:
-        result = maintain_table(definition, root, storage, report, vacuum)
+        result = maintain_table(spark, definition, root, storage, report, vacuum)
         report(result.summary())
         results.append(result)
     return results

@@ -222,3 +222,38 @@ def test_deleted_checkpoint_resumes_after_what_the_table_holds(
     assert producer.flush(30) == 0
     assert run_available_now(spark, settings, [topic], lambda _m: None) == {spec.table: 30}
     _assert_exactly_once(settings, topic, values | late)
+
+
+def test_ctrl_c_while_batches_commit_keeps_every_committed_version(
+    stack: Stack, settings: Settings, spark: SparkSession
+) -> None:
+    """Ctrl-C (SIGINT to the job's process group, as a terminal sends it) while
+    micro-batches commit: the job exits, every committed version's files are still there
+    (the table reads in full), and a restart completes the topic exactly once."""
+    topic, values = _topic_with_records(settings, 6000)
+    command = [sys.executable, "-m", "cli.main", "--profile", TEST_PROFILE, "bronze",
+               "--topic", topic, "--continuous", "--interval", "1 second",
+               "--max-offsets-per-trigger", "300"]
+    driver = subprocess.Popen(command, cwd=PROJECT_DIR, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and driver.poll() is None:
+            try:
+                if _table(settings, topic).version() >= 3:
+                    break
+            except Exception:
+                pass
+            time.sleep(0.2)
+        assert driver.poll() is None, driver.stderr.read() if driver.stderr else ""
+        os.killpg(driver.pid, signal.SIGINT)
+        _, stderr = driver.communicate(timeout=90)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(30)
+    assert "stopping after the current micro-batch" in stderr, stderr[-3000:]
+    stopped_at = _rows(settings, topic)  # every file of every committed version is readable
+    assert 0 < stopped_at.num_rows < len(values), "Ctrl-C should have come mid-stream"
+    run_available_now(spark, settings, [topic], lambda _m: None)
+    _assert_exactly_once(settings, topic, values)

@@ -303,7 +303,7 @@ def test_invalid_definitions_are_rejected_naming_file_and_field(tmp_path: Path) 
 
 
 def test_maintenance_compacts_keeps_data_and_honours_retention(
-    root: Root, settings: Settings, tmp_path: Path
+    root: Root, settings: Settings, spark: SparkSession, tmp_path: Path
 ) -> None:
     _write_trips(tmp_path, name="silver_trips")  # z-order on trip_id, 7 days retention
     _write_trips(tmp_path, name="silver_trips_short", retention="interval 0 hours",
@@ -345,7 +345,8 @@ def test_maintenance_compacts_keeps_data_and_honours_retention(
     # a second run has nothing to do and commits nothing
     definitions = {d.name: d for d in load_definitions(tmp_path)}
     version = root.table("silver_trips").version()
-    again = maintain_table(definitions["silver_trips"], root.uri, root.storage, lambda _m: None)
+    again = maintain_table(spark, definitions["silver_trips"], root.uri, root.storage,
+                           lambda _m: None)
     assert again.optimize == "already compact" and again.vacuumed_files == 0
     assert root.table("silver_trips").version() == version
 
