@@ -1,6 +1,6 @@
 """Running the dbt project in this process (dbtRunner), on the SparkSession where the
 lakehouse tables are registered as views: dbt-spark's `session` method picks up the active
-session, so models and tests see the views and the `lakehouse_delta` data source.
+session, so models and tests see the views (delta-spark reads and writes the tables).
 
 The profile is written from the project configuration into the state folder before every
 run; dbt's target and logs go there too (one per config profile).
@@ -18,6 +18,7 @@ import yaml
 from analysis.dbt_lakehouse_models import VIEW_SCHEMA, write_lakehouse_project_files
 from connectors.connect_config import ConnectorFileError
 from connectors.scrapers.source_config import SourceConfigError
+from lakehouse.storage import spark_uri
 from settings import ConfigError, Settings
 
 DBT_PROFILE_NAME = "lakehouse"  # `profile:` in dbt/dbt_project.yml
@@ -69,7 +70,7 @@ def write_profile(settings: Settings, paths: DbtPaths) -> Path:
 
 
 def project_vars(settings: Settings) -> dict[str, Any]:
-    return {"lakehouse_tables_uri": settings.tables_uri, "lakehouse_profile": settings.profile}
+    return {"lakehouse_tables_uri": spark_uri(settings.tables_uri)}
 
 
 def prepare_project(settings: Settings) -> DbtPaths:

@@ -8,26 +8,32 @@ import re
 from pyarrow import fs as pafs
 from pyspark.sql import SparkSession
 
-from lakehouse.storage import storage_options, table_uri
+from lakehouse.storage import arrow_filesystem, spark_uri, table_uri
 from settings import Settings
-from spark_streaming.delta_source import register_table_view
-from spark_streaming.delta_source.filesystem import arrow_filesystem, join
 
 _VIEW_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def lakehouse_table_names(settings: Settings) -> list[str]:
     """Names of the folders under the tables root that hold a Delta table."""
-    root_uri = settings.tables_uri
-    filesystem, root = arrow_filesystem(root_uri, storage_options(settings, root_uri))
+    filesystem, root = arrow_filesystem(settings, settings.tables_uri)
     try:
         entries = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
     except FileNotFoundError:
         return []
     folders = [e for e in entries if e.type == pafs.FileType.Directory]
-    logs = filesystem.get_file_info([join(f.path, "_delta_log") for f in folders])
+    logs = filesystem.get_file_info([f"{f.path}/_delta_log" for f in folders])
     return sorted(folder.base_name for folder, log in zip(folders, logs, strict=True)
                   if log.type == pafs.FileType.Directory and _VIEW_NAME.match(folder.base_name))
+
+
+def delta_path_sql(uri: str) -> str:
+    """delta.`<uri>`: the table at `uri` in Spark SQL (delta-spark resolves it at each
+    query, so a view over it always reads the newest version)."""
+    location = spark_uri(uri)
+    if "`" in location:
+        raise ValueError(f"table location {location!r}: a backtick cannot be quoted")
+    return f"delta.`{location}`"
 
 
 def register_lakehouse_views(spark: SparkSession, settings: Settings,
@@ -36,6 +42,8 @@ def register_lakehouse_views(spark: SparkSession, settings: Settings,
     table under the root); returns the names."""
     names = lakehouse_table_names(settings) if names is None else names
     for name in names:
-        register_table_view(spark, name, table_uri(settings, name), global_view=True,
-                            profile=settings.profile)
+        if not _VIEW_NAME.match(name):
+            raise ValueError(f"view name {name!r}: use letters, digits and underscores")
+        spark.sql(f"CREATE OR REPLACE GLOBAL TEMPORARY VIEW {name} AS "
+                  f"SELECT * FROM {delta_path_sql(table_uri(settings, name))}")
     return names

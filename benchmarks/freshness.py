@@ -101,7 +101,7 @@ class SilverVisibility:
 def _in_thread(spark: Any, target: Callable[[], object], errors: list[BaseException],
                name: str) -> threading.Thread:
     def body() -> None:
-        activate_in_thread(spark)  # else the Python data sources are not found
+        activate_in_thread(spark)
         try:
             target()
         except BaseException as exc:  # reported by the main thread

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
+from pyarrow import fs as pafs
+
 from settings import Settings
 
 
@@ -34,3 +38,17 @@ def table_uri(settings: Settings, name: str) -> str:
 def spark_uri(uri: str) -> str:
     """`uri` as Spark's Hadoop file systems name it: S3 goes through S3A (`s3a://`)."""
     return "s3a://" + uri[len("s3://"):] if uri.startswith("s3://") else uri
+
+
+def arrow_filesystem(settings: Settings, uri: str) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem holding `uri` (S3 from `s3.*`, else local) and the path
+    inside it: for listing the lakehouse without starting Spark."""
+    if not uri.startswith(("s3://", "s3a://")):
+        return pafs.LocalFileSystem(), uri.rstrip("/")
+    access_key, secret_key = settings.s3.credentials()
+    endpoint = urlsplit(settings.s3.endpoint)
+    filesystem = pafs.S3FileSystem(
+        access_key=access_key, secret_key=secret_key, region=settings.s3.region,
+        endpoint_override=endpoint.netloc, scheme=endpoint.scheme or "https",
+        force_virtual_addressing=False)
+    return filesystem, uri.split("://", 1)[1].rstrip("/")

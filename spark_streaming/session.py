@@ -69,12 +69,7 @@ def _spark_confs(settings: Settings, app_name: str) -> dict[str, str]:
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
-        # Python data sources move Arrow batches; keep them large.
-        "spark.sql.execution.arrow.maxRecordsPerBatch": "50000",
-        "spark.python.worker.reuse": "true",
         "spark.sql.catalogImplementation": "in-memory",
-        # Off by default; Spark then refuses to plan readers that implement pushFilters.
-        "spark.sql.python.filterPushdown.enabled": "true",
     }
     confs.update(_s3a_confs(settings))
     if spark.master.startswith("local"):
@@ -87,7 +82,7 @@ def _spark_confs(settings: Settings, app_name: str) -> dict[str, str]:
 
 
 def build_spark_session(settings: Settings, app_name: str = "lakehouse") -> SparkSession:
-    """A SparkSession configured from `settings`, with the project's data sources registered."""
+    """A SparkSession configured from `settings`: Delta and Kafka jars, S3A, loopback."""
     # Without these Spark binds to a non-loopback address and runs workers on another Python.
     if settings.spark.master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
@@ -96,31 +91,19 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse") -> Spar
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    # Python workers inherit this: a data source that loads the config without an explicit
-    # `profile` option then sees the session's profile, not the file's default.
-    os.environ.setdefault("LAKEHOUSE_PROFILE", settings.profile)
     builder = SparkSession.builder
     for key, value in _spark_confs(settings, app_name).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(settings.spark.log_level)
-    register_data_sources(session)
     return session
-
-
-def register_data_sources(session: SparkSession) -> None:
-    """Make the project's Delta source available by name."""
-    from spark_streaming.delta_source import DeltaLakeDataSource
-
-    session.dataSource.register(DeltaLakeDataSource)
 
 
 def activate_in_thread(session: SparkSession) -> None:
     """Make `session` the JVM's active session for the calling Python thread.
 
-    Measured with pyspark 4.1.4: a query started from a new Python thread does not find
-    the Python data sources registered on the session (DATA_SOURCE_NOT_FOUND) unless the
-    thread set the active session first; py4j gives each Python thread its own JVM thread.
+    py4j gives each Python thread its own JVM thread; JVM code that looks up the active
+    session (Delta's does) then finds this one on the calling thread.
     """
     session._jvm.org.apache.spark.sql.SparkSession.setActiveSession(  # type: ignore[union-attr]
         session._jsparkSession)

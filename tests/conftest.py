@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -35,10 +36,26 @@ TEST_PROFILE = "test"
 
 def run_cli(*args: str, profile: str = TEST_PROFILE, env: dict[str, str] | None = None,
             timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    """Run `lakehouse --profile <profile> ARGS` in a subprocess, capturing its output."""
+    """Run `lakehouse --profile <profile> ARGS` in a subprocess, capturing its output. Past
+    `timeout` the command gets SIGABRT, so Python's fault handler prints where every thread
+    stands, and the test fails with that in its message."""
     command = [sys.executable, "-m", "cli.main", "--profile", profile, *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                          cwd=PROJECT_DIR, env={**os.environ, **(env or {})}, check=False)
+    environment = {**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})}
+    with subprocess.Popen(command, cwd=PROJECT_DIR, env=environment, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGABRT)
+            try:
+                stdout, stderr = process.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                stdout, stderr = process.communicate()
+            raise AssertionError(f"`lakehouse {' '.join(args)}` still running after {timeout} s; "
+                                 f"its threads:\n{stderr[-12000:]}\nstdout:\n{stdout[-3000:]}"
+                                 ) from None
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def stack_pids(stack: Stack) -> list[int]:
@@ -131,7 +148,7 @@ class TransformedLakehouse:
 @pytest.fixture(scope="session")
 def transformed_lakehouse(ingested_lakehouse: IngestedLakehouse) -> TransformedLakehouse:
     """`lakehouse transform` (dbt build, freshness, docs) once over the shared ingest."""
-    result = run_cli("transform", "--timings-json", env=ingested_lakehouse.env, timeout=900)
+    result = run_cli("transform", "--timings-json", env=ingested_lakehouse.env, timeout=600)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
     timings = json.loads(result.stdout.strip().splitlines()[-1])

@@ -1,31 +1,20 @@
 {#- Shared pieces of the lakehouse materializations.
 
-  Every relation lives in Spark's `global_temp` database: the lakehouse tables are Python
-  data source views (CREATE TABLE ... USING cannot pass options to a Python data source,
-  see DESIGN.md), and a permanent view may not reference a temporary one. -#}
+  Every relation lives in Spark's `global_temp` database: `lakehouse transform` registers
+  each lakehouse Delta table as a global temporary view over delta.`<location>`, and a
+  permanent view may not reference a temporary one. delta-spark does the reads and writes. -#}
 
-{#- Mirrors lakehouse.storage.table_uri: <tables_uri>/<name>. -#}
-{% macro lakehouse_table_uri(identifier) -%}
-  {{ return(var('lakehouse_tables_uri') ~ '/' ~ identifier) }}
+{#- delta.`<tables_uri>/<name>`: the model's Delta table by path (mirrors
+    lakehouse.storage.table_uri). -#}
+{% macro lakehouse_delta_path(identifier) -%}
+  {{ return('delta.`' ~ var('lakehouse_tables_uri') ~ '/' ~ identifier ~ '`') }}
 {%- endmacro %}
 
-{% macro lakehouse_quote(value) -%}
-  {{ return("'" ~ (value | string | replace("\\", "\\\\") | replace("'", "\\'")) ~ "'") }}
-{%- endmacro %}
-
-{#- CREATE OR REPLACE GLOBAL TEMPORARY VIEW over the model's Delta table. `columns` (a DDL
-    column list) is needed while the table does not exist yet: the data source then takes
-    the schema from the view instead of the table. -#}
-{% macro lakehouse_delta_view_sql(identifier, columns=none, write_options={}) -%}
-  create or replace global temporary view {{ identifier }}
-  {%- if columns %} ({{ columns }}){% endif %}
-  using lakehouse_delta options (
-    table {{ lakehouse_quote(lakehouse_table_uri(identifier)) }},
-    profile {{ lakehouse_quote(var('lakehouse_profile')) }}
-    {%- for key, value in write_options.items() %},
-    {{ key }} {{ lakehouse_quote(value) }}
-    {%- endfor %}
-  )
+{#- CREATE OR REPLACE GLOBAL TEMPORARY VIEW over the model's Delta table (its current
+    schema: re-run after the table's columns change). -#}
+{% macro lakehouse_view_over_table_sql(identifier) -%}
+  create or replace global temporary view {{ identifier }} as
+  select * from {{ lakehouse_delta_path(identifier) }}
 {%- endmacro %}
 
 {#- (name, type) of every column of a relation, in order, from DESCRIBE. -#}
@@ -42,32 +31,19 @@
   {{ return(columns) }}
 {%- endmacro %}
 
-{% macro lakehouse_column_ddl(columns) -%}
-  {%- set parts = [] -%}
-  {%- for name, type in columns -%}
-    {%- do parts.append('`' ~ name ~ '` ' ~ type) -%}
-  {%- endfor -%}
-  {{ return(parts | join(', ')) }}
-{%- endmacro %}
-
-{#- Stage the model's SELECT as a session view, then overwrite the Delta table with it
-    (schema replaced, so changed columns need no manual step). -#}
+{#- Replace the Delta table with the staged SELECT in one commit (CREATE OR REPLACE TABLE
+    ... AS SELECT: schema replaced, so changed columns need no manual step; readers see the
+    old or the new table, never a mix), then point the view at the new schema. -#}
 {% macro lakehouse_overwrite(target, staging) -%}
-  {%- set columns = lakehouse_columns(staging) -%}
   {%- set partition_by = config.get('partition_by') -%}
-  {%- set write_options = {'overwriteSchema': 'true'} -%}
-  {%- if partition_by -%}
-    {%- do write_options.update({'partitionBy': (partition_by if partition_by is string else partition_by | join(','))}) -%}
-  {%- endif -%}
-  {%- call statement('register_' ~ target.identifier) -%}
-    {{ lakehouse_delta_view_sql(target.identifier, lakehouse_column_ddl(columns), write_options) }}
-  {%- endcall -%}
+  {%- if partition_by is string -%}{%- set partition_by = [partition_by] -%}{%- endif -%}
   {%- call statement('main') -%}
-    insert overwrite global_temp.{{ target.identifier }} select * from {{ staging }}
+    create or replace table {{ lakehouse_delta_path(target.identifier) }} using delta
+    {%- if partition_by %} partitioned by ({{ partition_by | join(', ') }}){% endif %}
+    as select * from {{ staging }}
   {%- endcall -%}
-  {#- read back through the table's own schema from now on -#}
-  {%- call statement('reregister_' ~ target.identifier) -%}
-    {{ lakehouse_delta_view_sql(target.identifier) }}
+  {%- call statement('register_' ~ target.identifier) -%}
+    {{ lakehouse_view_over_table_sql(target.identifier) }}
   {%- endcall -%}
 {%- endmacro %}
 

@@ -21,7 +21,7 @@
       {{ exceptions.raise_compiler_error("model " ~ this.identifier ~ ": its columns " ~ new_columns ~ " differ from the table's " ~ old_columns ~ "; rebuild it with `lakehouse transform --full-refresh --select " ~ this.identifier ~ "`") }}
     {%- endif -%}
     {%- call statement('main') -%}
-      insert into global_temp.{{ target.identifier }} select * from {{ staging }}
+      insert into {{ lakehouse_delta_path(target.identifier) }} select * from {{ staging }}
     {%- endcall -%}
   {%- endif -%}
   {{ lakehouse_drop_stage(staging) }}

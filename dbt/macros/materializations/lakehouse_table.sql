@@ -1,5 +1,5 @@
 {#- A Delta table on the lakehouse bucket (<tables_uri>/<model name>), rewritten whole on
-    every run through the lakehouse_delta view with INSERT OVERWRITE: one Delta commit, so
+    every run with CREATE OR REPLACE TABLE ... AS SELECT on delta-spark: one Delta commit, so
     readers see the old or the new table, never a mix. Any Delta reader can read it. -#}
 {% materialization lakehouse_table, adapter='spark' %}
   {%- set target = this.incorporate(type='table') -%}
