@@ -8,7 +8,7 @@ import re
 from pyarrow import fs as pafs
 from pyspark.sql import SparkSession
 
-from lakehouse.storage import arrow_filesystem, spark_uri, table_uri
+from lakehouse.storage import arrow_filesystem, delta_path_sql, table_uri
 from settings import Settings
 
 _VIEW_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -25,15 +25,6 @@ def lakehouse_table_names(settings: Settings) -> list[str]:
     logs = filesystem.get_file_info([f"{f.path}/_delta_log" for f in folders])
     return sorted(folder.base_name for folder, log in zip(folders, logs, strict=True)
                   if log.type == pafs.FileType.Directory and _VIEW_NAME.match(folder.base_name))
-
-
-def delta_path_sql(uri: str) -> str:
-    """delta.`<uri>`: the table at `uri` in Spark SQL (delta-spark resolves it at each
-    query, so a view over it always reads the newest version)."""
-    location = spark_uri(uri)
-    if "`" in location:
-        raise ValueError(f"table location {location!r}: a backtick cannot be quoted")
-    return f"delta.`{location}`"
 
 
 def register_lakehouse_views(spark: SparkSession, settings: Settings,

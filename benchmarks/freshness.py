@@ -25,7 +25,7 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from benchmarks.station_status import SILVER_TABLE, Statuses, run_benchmark
+from benchmarks.station_status import SILVER_TABLE, Statuses, create_tables, run_benchmark
 from infra.clients import kafka_config
 from lakehouse.storage import storage_options, table_uri
 from settings import Settings
@@ -139,6 +139,7 @@ def run(report: Any = print) -> dict[str, Any]:
 
 def _run_pipeline(settings: Settings, lake: Settings, name: str, report: Any) -> dict[str, Any]:
     spark = build_spark_session(settings, app_name="bench-freshness")
+    create_tables(spark, lake)
     stop = threading.Event()
     errors: list[BaseException] = []
     visibility = SilverVisibility(lake)

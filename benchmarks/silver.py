@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from benchmarks.bronze import TreeSampler, produce_all
-from benchmarks.station_status import SILVER_TABLE, Statuses, run_benchmark
+from benchmarks.station_status import SILVER_TABLE, Statuses, create_tables, run_benchmark
 from settings import Settings
 from spark_streaming.bronze import bronze_table_name, run_available_now
 from spark_streaming.session import build_spark_session
@@ -46,6 +46,7 @@ def _catch_up(settings: Settings, lake: Settings, name: str, report: Any) -> dic
         began = time.monotonic()
         spark = build_spark_session(settings, app_name="bench-silver")
         session_s = time.monotonic() - began
+        create_tables(spark, lake)
         load_before = round(os.getloadavg()[0], 2)
         cpu = sampler.cpu_seconds
         began = time.monotonic()

@@ -22,6 +22,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewTopic
+from pyspark.sql import SparkSession
 
 from benchmarks.kafka_batches import watermarks
 from benchmarks.machine import machine_info
@@ -61,7 +62,6 @@ def run_benchmark(benchmark: str, partitions: int,
         lake = run_lake(settings, benchmark)
         try:
             name = reset_topic(settings, partitions, report)
-            create_tables(lake)
             result = body(settings, lake, name)
         finally:
             remove_run(lake, report)
@@ -78,9 +78,9 @@ def run_lake(settings: Settings, benchmark: str) -> Settings:
     return settings.model_copy(update={"lakehouse": lakehouse})
 
 
-def create_tables(lake: Settings) -> None:
+def create_tables(spark: SparkSession, lake: Settings) -> None:
     """Bronze, silver, quarantine and metrics tables, before anything is timed."""
-    ensure_tables(lake, TABLES, lambda _msg: None)
+    ensure_tables(spark, lake, TABLES, lambda _msg: None)
 
 
 def delete_topic(settings: Settings, report: Any) -> None:

@@ -133,22 +133,29 @@ def apply(ctx: click.Context, definitions: Path | None, tables: tuple[str, ...])
     Idempotent: a second run reports nothing to do and commits nothing. A table whose
     plan holds a breaking change is left untouched (exit 3), with the reason.
     """
-    from lakehouse.table_manager import ApplyError, apply_plan, plan_tables
+    from lakehouse.table_manager import ApplyError, apply_plan, needs_spark, plan_tables
 
     loaded = _definitions(definitions, tables)
     root, storage = _target(ctx)
     _say(f"applying {len(loaded)} definitions to the tables under {root}")
     counts = {"in sync": 0, "created": 0, "converged": 0, "refused": 0}
     failed = 0
+    spark = None
     try:
         plans = plan_tables(loaded, root, storage)
+        if any(needs_spark(plan) for plan in plans):
+            from spark_streaming.session import build_spark_session
+
+            _say("starting Spark for the DDL")
+            spark = build_spark_session(load_settings(ctx.obj.get("profile")),
+                                        "lakehouse-tables-apply")
         for plan in plans:
             if plan.refused:
                 _say(f"{plan.name}: REFUSED, nothing applied to this table:")
                 for change in plan.refused:
                     console.print(f"    ! {change.describe()}", markup=False)
             try:
-                outcome = apply_plan(plan, storage, _say)
+                outcome = apply_plan(spark, plan, storage, _say)
             except ApplyError as exc:
                 console.print(f"[red]error:[/red] {exc}", markup=False)
                 failed += 1
@@ -161,6 +168,9 @@ def apply(ctx: click.Context, definitions: Path | None, tables: tuple[str, ...])
                      f"{outcome.version_after})")
     except (DeltaError, OSError) as exc:
         _storage_failure(root, exc)
+    finally:
+        if spark is not None:
+            spark.stop()
     if counts["created"] + counts["converged"] + counts["refused"] + failed == 0:
         _say(f"nothing to do: all {counts['in sync']} tables match their definitions")
     else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from deltalake import Schema
@@ -19,15 +19,17 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from lakehouse import column_types
-from lakehouse.constraint_check import ConstraintError, canonical_constraints
+from lakehouse.constraint_check import ConstraintError, check_constraints
 from settings import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 DEFINITIONS_DIR = Path(__file__).resolve().parent / "tables"
 LAYERS = ("bronze", "silver", "quarantine", "gold", "quality")
@@ -90,6 +92,13 @@ class ColumnDefinition(_Strict):
         return {"name": self.name, "type": column_types.to_delta(self.type),
                 "nullable": self.nullable, "metadata": {"comment": self.description}}
 
+    def ddl(self, spark: SparkSession) -> str:
+        """The column in Spark SQL DDL (`name` TYPE [NOT NULL] COMMENT '...'), rendered by
+        Spark itself from the Delta field, so every type spells as Spark parses it."""
+        schema = json.dumps({"type": "struct", "fields": [self.delta_field()]})
+        types = spark._jvm.org.apache.spark.sql.types  # type: ignore[union-attr]
+        return str(types.DataType.fromJson(schema).toDDL())
+
 
 class SourceDefinition(_Strict):
     """Where a table's rows come from (documentation for readers and the pipeline)."""
@@ -112,9 +121,6 @@ class TableDefinition(_Strict):
     # The columns identifying one row (dedupe / merge key of the pipeline); informational.
     unique_key: list[str] = Field(default_factory=list)
     source: SourceDefinition | None = None
-    # Constraint expressions as delta-rs stores them (it rewrites e.g. IN lists), filled
-    # by the loader so drift is judged against what the table will really hold.
-    _stored_constraints: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @field_validator("properties", mode="before")
     @classmethod
@@ -191,8 +197,9 @@ class TableDefinition(_Strict):
 
     @property
     def stored_constraints(self) -> dict[str, str]:
-        """Constraint name -> expression as the Delta log will hold it."""
-        return dict(self._stored_constraints or self.constraints)
+        """Constraint name -> expression as the Delta log will hold it (delta-spark keeps
+        the text between `CHECK (` and `)` as written)."""
+        return {name: expression.strip() for name, expression in self.constraints.items()}
 
     def column(self, name: str) -> ColumnDefinition | None:
         return next((c for c in self.columns if c.name == name), None)
@@ -259,8 +266,7 @@ def load_definition_file(path: Path) -> TableDefinition:
                         f"{path.parent.name!r}")
     if definition.constraints:
         try:
-            definition._stored_constraints = canonical_constraints(
-                definition.delta_schema(), definition.constraints)
+            check_constraints(definition.delta_schema(), definition.constraints)
         except ConstraintError as exc:
             problems.append(f"{shown}: constraints.{exc.name}: {exc.reason}")
     if problems:

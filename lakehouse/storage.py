@@ -40,6 +40,15 @@ def spark_uri(uri: str) -> str:
     return "s3a://" + uri[len("s3://"):] if uri.startswith("s3://") else uri
 
 
+def delta_path_sql(uri: str) -> str:
+    """delta.`<uri>`: the Delta table at `uri` in Spark SQL (resolved by delta-spark at
+    each statement, so a view over it always reads the newest version)."""
+    location = spark_uri(uri)
+    if "`" in location:
+        raise ValueError(f"table location {location!r}: a backtick cannot be quoted")
+    return f"delta.`{location}`"
+
+
 def arrow_filesystem(settings: Settings, uri: str) -> tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem holding `uri` (S3 from `s3.*`, else local) and the path
     inside it: for listing the lakehouse without starting Spark."""

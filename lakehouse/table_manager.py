@@ -1,28 +1,34 @@
-"""Converge live Delta tables to their definitions (delta-rs only, no Spark).
+"""Converge live Delta tables to their definitions.
 
 `plan_table` compares one definition with the live table under a tables root: missing
-table, property drift, constraint drift, schema and description changes. `apply_plan`
-carries a plan out idempotently: it creates missing tables, sets drifted properties,
-replaces drifted constraints, adds nullable columns and relaxes NOT NULL; a plan holding a
-change that would break readers (dropped or renamed column, type change, NOT NULL on an
-existing column, new NOT NULL column, partitioning change) is refused as a whole, with the
-reason. A table in sync gets no commit at all (delta-rs commits even a property set to
-the value it already has, so every step is guarded by the comparison).
+table, property drift, constraint drift, schema and description changes. It only reads
+the Delta log (delta-rs), so `tables diff` and an `apply` with nothing to do never start
+Spark. `apply_plan` carries a plan out idempotently with Spark SQL DDL on delta-spark:
+`CREATE TABLE ... USING delta`, `ALTER TABLE ... SET TBLPROPERTIES / ADD COLUMNS / ALTER
+COLUMN / ADD|DROP CONSTRAINT`. A plan holding a change that would break readers (dropped
+or renamed column, type change, NOT NULL on an existing column, new NOT NULL column,
+partitioning change) is refused as a whole, with the reason. A table in sync gets no
+commit at all: every statement is guarded by the comparison.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from deltalake import DeltaTable, Field
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
 
 from lakehouse import column_types
-from lakehouse.constraint_check import CONSTRAINT_PREFIX, delta_error_text
+from lakehouse.constraint_check import CONSTRAINT_PREFIX
 from lakehouse.definitions import ColumnDefinition, TableDefinition
+from lakehouse.storage import delta_path_sql
 
 Report = Callable[[str], None]
 
@@ -35,12 +41,11 @@ ADD_COLUMN = "add column"
 DROP_NOT_NULL = "drop not null"
 SET_COLUMN_DESCRIPTION = "set column description"
 SET_TABLE_DESCRIPTION = "set table description"
-SET_TABLE_NAME = "set table name"
 REFUSE = "refuse"
 
 
 class ApplyError(RuntimeError):
-    """A step of `apply` that delta-rs rejected; names the table and the step."""
+    """A step of `apply` that delta-spark rejected; names the table and the step."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,18 @@ def _property_changes(definition: TableDefinition, configuration: dict[str, str]
             for key, value in definition.properties.items() if configuration.get(key) != value]
 
 
+_OUTSIDE_QUOTES_SPACE = re.compile(r"('(?:[^'\\]|\\.)*')|\s+")
+
+
+def same_expression(left: str, right: str) -> bool:
+    """Whether two CHECK expressions are the same text but for whitespace outside string
+    literals (delta-spark stores `ADD CONSTRAINT` expressions as parser tokens joined by
+    spaces: `x IN ('a','b')` is kept as `x IN ( 'a' , 'b' )`)."""
+    def squeeze(text: str) -> str:
+        return _OUTSIDE_QUOTES_SPACE.sub(lambda m: m.group(1) or "", text)
+    return squeeze(left) == squeeze(right)
+
+
 def _constraint_changes(definition: TableDefinition,
                         configuration: dict[str, str]) -> list[Change]:
     live = {k[len(CONSTRAINT_PREFIX):]: v for k, v in configuration.items()
@@ -168,7 +185,7 @@ def _constraint_changes(definition: TableDefinition,
     for name, expression in wanted.items():
         if name not in live:
             changes.append(Change(ADD_CONSTRAINT, name, expression, definition.constraints[name]))
-        elif live[name] != expression:
+        elif not same_expression(live[name], expression):
             changes.append(Change(REPLACE_CONSTRAINT, name, f"{live[name]} -> {expression}",
                                   definition.constraints[name]))
     changes.extend(Change(DROP_CONSTRAINT, name, f"{live[name]} (not in the definition)")
@@ -193,9 +210,6 @@ def plan_table(definition: TableDefinition, root: str, storage: dict[str, str]) 
     if metadata.description != definition.description:
         changes.append(Change(SET_TABLE_DESCRIPTION, "", "description differs",
                               definition.description))
-    if metadata.name != definition.name:
-        changes.append(Change(SET_TABLE_NAME, "", f"{metadata.name} -> {definition.name}",
-                              definition.name))
     return TablePlan(definition, uri, table.version(), changes)
 
 
@@ -207,60 +221,82 @@ def plan_tables(definitions: list[TableDefinition], root: str,
 # ---------------------------------------------------------------------------- applying
 
 
-def _step(plan: TablePlan, what: str, action: Callable[[], object]) -> None:
+def _literal(value: str) -> str:
+    """A Spark SQL string literal (backslash escapes are on by default)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _properties_sql(properties: dict[str, str]) -> str:
+    return ", ".join(f"{_literal(k)} = {_literal(v)}" for k, v in properties.items())
+
+
+def _step(spark: SparkSession, plan: TablePlan, what: str, statement: str) -> None:
     try:
-        action()
-    except DeltaError as exc:
-        raise ApplyError(f"{plan.name}: {what} failed: {delta_error_text(exc)}") from None
+        spark.sql(statement)
+    except (PySparkException, Py4JJavaError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ApplyError(f"{plan.name}: {what} failed: {reason}") from None
 
 
-def _create(plan: TablePlan, storage: dict[str, str]) -> None:
+def _add_constraint(spark: SparkSession, plan: TablePlan, table: str, name: str,
+                    expression: str) -> None:
+    _step(spark, plan, f"add constraint {name} (do the rows already stored satisfy it?)",
+          f"ALTER TABLE {table} ADD CONSTRAINT `{name}` CHECK ({expression})")
+
+
+def _create(spark: SparkSession, plan: TablePlan) -> None:
+    """One CREATE TABLE, one commit. The CHECK constraints go in as their
+    `delta.constraints.<name>` properties: a new table has no rows to validate, and Delta
+    refuses CONSTRAINT clauses in CREATE TABLE (measured on delta-spark 4.4.0)."""
     definition = plan.definition
-    _step(plan, "create", lambda: DeltaTable.create(
-        plan.uri, definition.delta_schema(), mode="error",
-        partition_by=definition.partition_by or None, name=definition.name,
-        description=definition.description, configuration=definition.properties,
-        storage_options=storage))
-    if definition.constraints:
-        table = DeltaTable(plan.uri, storage_options=storage)
-        _step(plan, "add constraints",
-              lambda: table.alter.add_constraint(dict(definition.constraints)))
+    columns = ", ".join(c.ddl(spark) for c in definition.columns)
+    statement = f"CREATE TABLE {delta_path_sql(plan.uri)} ({columns}) USING delta"
+    if definition.partition_by:
+        statement += f" PARTITIONED BY ({', '.join(f'`{c}`' for c in definition.partition_by)})"
+    if definition.description:
+        statement += f" COMMENT {_literal(definition.description)}"
+    properties = {**definition.properties, **{
+        f"{CONSTRAINT_PREFIX}{name}": expression
+        for name, expression in definition.stored_constraints.items()}}
+    if properties:
+        statement += f" TBLPROPERTIES ({_properties_sql(properties)})"
+    _step(spark, plan, "create", statement)
 
 
 def _of(plan: TablePlan, kind: str) -> list[Change]:
     return [c for c in plan.changes if c.kind == kind]
 
 
-def _converge(plan: TablePlan, table: DeltaTable) -> None:
-    """Apply a non-breaking plan to an existing table, each kind of change in one commit
-    where delta-rs allows it; order matters (constraints may use new columns)."""
-    alter = table.alter
+def _converge(spark: SparkSession, plan: TablePlan) -> None:
+    """Apply a non-breaking plan to an existing table, one statement per kind of change
+    where Spark SQL allows it; order matters (constraints may use new columns)."""
+    table = delta_path_sql(plan.uri)
     for change in _of(plan, DROP_CONSTRAINT) + _of(plan, REPLACE_CONSTRAINT):
-        _step(plan, f"drop constraint {change.subject}",
-              lambda c=change: alter.drop_constraint(c.subject))
+        _step(spark, plan, f"drop constraint {change.subject}",
+              f"ALTER TABLE {table} DROP CONSTRAINT `{change.subject}`")
     properties = {c.subject: c.value for c in _of(plan, SET_PROPERTY) if c.value is not None}
     if properties:
-        _step(plan, f"set properties {sorted(properties)}",
-              lambda: alter.set_table_properties(properties))
-    new_columns = [plan.definition.column(c.subject) for c in _of(plan, ADD_COLUMN)]
+        _step(spark, plan, f"set properties {sorted(properties)}",
+              f"ALTER TABLE {table} SET TBLPROPERTIES ({_properties_sql(properties)})")
+    new_columns = [c for c in (plan.definition.column(ch.subject)
+                               for ch in _of(plan, ADD_COLUMN)) if c is not None]
     if new_columns:
-        fields = [Field.from_json(json.dumps(c.delta_field())) for c in new_columns if c]
-        _step(plan, f"add columns {[f.name for f in fields]}", lambda: alter.add_columns(fields))
+        _step(spark, plan, f"add columns {[c.name for c in new_columns]}",
+              f"ALTER TABLE {table} ADD COLUMNS ("
+              f"{', '.join(c.ddl(spark) for c in new_columns)})")
     for change in _of(plan, DROP_NOT_NULL):
-        _step(plan, f"drop NOT NULL on {change.subject}",
-              lambda c=change: alter.drop_column_not_null(c.subject))
-    constraints = {c.subject: c.value for c in _of(plan, ADD_CONSTRAINT)
-                   + _of(plan, REPLACE_CONSTRAINT) if c.value is not None}
-    if constraints:
-        _step(plan, f"add constraints {sorted(constraints)} (do the rows already stored "
-                    "satisfy them?)", lambda: alter.add_constraint(constraints))
+        _step(spark, plan, f"drop NOT NULL on {change.subject}",
+              f"ALTER TABLE {table} ALTER COLUMN `{change.subject}` DROP NOT NULL")
+    for change in _of(plan, ADD_CONSTRAINT) + _of(plan, REPLACE_CONSTRAINT):
+        _add_constraint(spark, plan, table, change.subject,
+                        plan.definition.stored_constraints[change.subject])
     for change in _of(plan, SET_COLUMN_DESCRIPTION):
-        _step(plan, f"set description of {change.subject}", lambda c=change:
-              alter.set_column_metadata(c.subject, {"comment": c.value or ""}))
+        _step(spark, plan, f"set description of {change.subject}",
+              f"ALTER TABLE {table} ALTER COLUMN `{change.subject}` "
+              f"COMMENT {_literal(change.value or '')}")
     for change in _of(plan, SET_TABLE_DESCRIPTION):
-        _step(plan, "set description", lambda c=change: alter.set_table_description(c.value))
-    for change in _of(plan, SET_TABLE_NAME):
-        _step(plan, "set name", lambda c=change: alter.set_table_name(c.value))
+        _step(spark, plan, "set description", f"ALTER TABLE {table} SET TBLPROPERTIES "
+              f"({_properties_sql({'comment': change.value or ''})})")
 
 
 @dataclass(frozen=True)
@@ -271,22 +307,30 @@ class ApplyOutcome:
     version_after: int | None
 
 
-def apply_plan(plan: TablePlan, storage: dict[str, str], report: Report) -> ApplyOutcome:
-    """Carry out `plan` (refused as a whole if it holds a breaking change)."""
+def needs_spark(plan: TablePlan) -> bool:
+    """Whether `apply_plan` would run any statement for `plan`."""
+    return not plan.in_sync and not plan.refused
+
+
+def apply_plan(spark: SparkSession | None, plan: TablePlan, storage: dict[str, str],
+               report: Report) -> ApplyOutcome:
+    """Carry out `plan` (refused as a whole if it holds a breaking change); `spark` may be
+    None when `needs_spark(plan)` is false."""
     if plan.in_sync:
         return ApplyOutcome(plan.name, "in sync", plan.version, plan.version)
     if plan.refused:
         return ApplyOutcome(plan.name, "refused", plan.version, plan.version)
+    if spark is None:
+        raise ValueError(f"{plan.name}: applying changes needs a Spark session")
     if plan.version is None:
         report(f"{plan.name}: creating {plan.uri}")
-        _create(plan, storage)
+        _create(spark, plan)
         status = "created"
     else:
         # Appends since planning do not matter: the plan is about metadata only.
-        table = DeltaTable(plan.uri, storage_options=storage)
         for change in plan.changes:
             report(f"{plan.name}: {change.describe()}")
-        _converge(plan, table)
+        _converge(spark, plan)
         status = "converged"
     after = DeltaTable(plan.uri, storage_options=storage).version()
     return ApplyOutcome(plan.name, status, plan.version, after)

@@ -85,7 +85,7 @@ def built(stack: Stack, settings: Settings, spark: SparkSession) -> Built:
     names = ["silver_station_status", "silver_vehicle_status", "silver_rentals",
              "silver_weather_hourly", *GOLD]
     for definition in load_definitions(tables=names):
-        apply_plan(plan_table(definition, root, storage), storage, lambda _m: None)
+        apply_plan(spark, plan_table(definition, root, storage), storage, lambda _m: None)
     lake = Lake(scoped, root, storage)
     _fill(lake)
     written = lake.gold(spark)

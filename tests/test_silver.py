@@ -43,19 +43,19 @@ def lake(stack: Stack, settings: Settings, tmp_path: Path) -> Settings:
     return settings.model_copy(update={"lakehouse": lakehouse})
 
 
-def _bronze(lake: Settings, silver: str) -> str:
+def _bronze(spark: SparkSession, lake: Settings, silver: str) -> str:
     definition = {d.name: d for d in load_definitions()}[silver]
     assert definition.source is not None
     name = definition.source.tables[0]
-    ensure_tables(lake, [name], lambda _: None)
+    ensure_tables(spark, lake, [name], lambda _: None)
     return name
 
 
 class Bronze:
     """Appends records to a bronze table the way the bronze job does (one commit each)."""
 
-    def __init__(self, lake: Settings, silver: str, topic: str) -> None:
-        self.name = _bronze(lake, silver)
+    def __init__(self, spark: SparkSession, lake: Settings, silver: str, topic: str) -> None:
+        self.name = _bronze(spark, lake, silver)
         self.uri = table_uri(lake, self.name)
         self.storage = storage_options(lake, self.uri)
         self.topic = topic
@@ -107,7 +107,7 @@ def _status(station: str, bikes: Any = 5, updated: int = EPOCH, **extra: Any) ->
 
 def test_statuses_deduplicated_bad_rows_quarantined_and_rebuild_equal(
         spark: SparkSession, lake: Settings) -> None:
-    bronze = Bronze(lake, "silver_station_status", "bikes.station_status")
+    bronze = Bronze(spark, lake, "silver_station_status", "bikes.station_status")
     good = [("s1", _status("s1")), ("s2", _status("s2", bikes=0)),
             ("s3", _status("s3", bikes=600))]  # 600: breaks the warn rule only
     bad = [("s4", _status("s4", bikes=-2)),                       # quarantine rule
@@ -191,7 +191,7 @@ def _spec_with_suite(tmp_path: Path, rules: list[dict]) -> PipelineSpec:
 
 def test_fail_rule_stops_the_query_naming_rule_and_rows(
         spark: SparkSession, lake: Settings, tmp_path: Path) -> None:
-    bronze = Bronze(lake, "silver_station_status", "bikes.station_status")
+    bronze = Bronze(spark, lake, "silver_station_status", "bikes.station_status")
     bronze.append([("ok", _status("ok")), ("huge", _status("huge", bikes=9999))])
     spec = _spec_with_suite(tmp_path, [
         {"type": "expect_column_values_to_be_between",
@@ -213,7 +213,7 @@ def _station(name: str, lat: float, updated: int) -> dict:
 
 
 def test_scd2_history_for_a_moved_station(spark: SparkSession, lake: Settings) -> None:
-    bronze = Bronze(lake, "silver_station_information", "bikes.station_information")
+    bronze = Bronze(spark, lake, "silver_station_information", "bikes.station_information")
     table = "silver_station_information"
     bronze.append([("st-1", _station("Place Bellecour", 45.757, EPOCH - 3600))])
     run_silver(spark, lake, [table], report=lambda _: None)
@@ -261,7 +261,7 @@ def _event(op: str, lsn: int, before: dict | None, after: dict | None) -> dict:
 
 def test_cdc_shuffled_and_replayed_events_converge(spark: SparkSession, lake: Settings) -> None:
     table = "silver_rentals"
-    bronze = Bronze(lake, table, "bikes.rentals_db.public.rentals")
+    bronze = Bronze(spark, lake, table, "bikes.rentals_db.public.rentals")
     key = lambda i: json.dumps({"rental_id": i})  # noqa: E731
     active1, done1 = _rental(1), _rental(1, "completed", 250)
     active2 = _rental(2)

@@ -15,15 +15,14 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
-from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import DeltaError
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from infra.clients import kafka_admin, kafka_config, s3_client
 from infra.stack import Stack
 from lakehouse.definitions import load_definitions
 from lakehouse.maintenance import maintain_table
-from lakehouse.storage import storage_options
+from lakehouse.storage import delta_path_sql, spark_uri, storage_options
 from lakehouse.table_manager import REFUSE, apply_plan, plan_table, table_location
 from settings import Settings
 from spark_streaming.bronze import bronze_table_name, run_available_now
@@ -41,6 +40,14 @@ class Root:
 
     def table(self, name: str) -> DeltaTable:
         return DeltaTable(table_location(self.uri, name), storage_options=self.storage)
+
+    def sql_name(self, name: str) -> str:
+        return delta_path_sql(table_location(self.uri, name))
+
+    def append(self, spark: SparkSession, name: str, rows: pa.Table) -> None:
+        """One Delta commit through delta-spark, one file per partition value."""
+        (spark.createDataFrame(rows).coalesce(1).write.format("delta").mode("append")
+         .save(spark_uri(table_location(self.uri, name))))
 
 
 @pytest.fixture
@@ -109,7 +116,7 @@ def _versions(root: Root, names: list[str]) -> dict[str, int]:
     return {name: root.table(name).version() for name in names}
 
 
-def test_repository_definitions_apply_twice_is_a_noop(root: Root) -> None:
+def test_repository_definitions_apply_twice_is_a_noop(root: Root, spark: SparkSession) -> None:
     validated = root.cli("tables", "validate")
     assert validated.returncode == 0, validated.stderr
     definitions = load_definitions()
@@ -144,32 +151,34 @@ def test_repository_definitions_apply_twice_is_a_noop(root: Root) -> None:
     assert not fields["station_id"].nullable and fields["num_bikes_disabled"].nullable
     assert fields["station_id"].metadata["comment"] == (
         by_name["silver_station_status"].column("station_id").description)
-    # delta-rs writers enforce the constraints: a valid row lands, a negative count does not
+    # delta-spark enforces the constraints: a valid row lands, a negative count does not
     now = datetime.now(UTC)
     row = {"system_id": "s", "station_id": "x", "last_updated": now, "status_date": now.date(),
            "num_bikes_available": 3, "num_docks_available": 5, "kafka_topic": "t",
            "kafka_partition": 0, "kafka_offset": 1, "ingested_at": now}
     schema = pa.schema(silver.schema().to_arrow())
-    write_deltalake(silver, pa.Table.from_pylist([row], schema=schema), mode="append")
-    with pytest.raises(DeltaError, match="failed validation"):
-        write_deltalake(silver, pa.Table.from_pylist([{**row, "num_bikes_available": -1}],
-                                                     schema=schema), mode="append")
+    root.append(spark, "silver_station_status", pa.Table.from_pylist([row], schema=schema))
+    with pytest.raises(Exception, match="DELTA_VIOLATE_CONSTRAINT"):
+        root.append(spark, "silver_station_status", pa.Table.from_pylist(
+            [{**row, "num_bikes_available": -1}], schema=schema))
     assert root.table("silver_station_status").to_pyarrow_dataset().count_rows() == 1
 
 
-def test_property_and_constraint_drift_is_detected_and_converged(root: Root) -> None:
+def test_property_and_constraint_drift_is_detected_and_converged(
+    root: Root, spark: SparkSession
+) -> None:
     name = "silver_station_status"
     assert root.cli("tables", "apply", "--table", name).returncode == 0
-    table = root.table(name)
-    table.alter.set_table_properties({"delta.checkpointInterval": "99",
-                                      "delta.logRetentionDuration": "interval 1 days"})
-    table.alter.drop_constraint("docks_available_not_negative")
-    table.alter.add_constraint({"stray_rule": "num_docks_available < 1000"})
+    table = root.sql_name(name)
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('delta.checkpointInterval' = '99', "
+              "'delta.logRetentionDuration' = 'interval 10 days')")
+    spark.sql(f"ALTER TABLE {table} DROP CONSTRAINT docks_available_not_negative")
+    spark.sql(f"ALTER TABLE {table} ADD CONSTRAINT stray_rule CHECK (num_docks_available < 1000)")
 
     drift = root.cli("tables", "diff", "--table", name)
     assert drift.returncode == 1, drift.stdout + drift.stderr
     assert "set property delta.checkpointInterval: 99 -> 10" in drift.stdout
-    assert "set property delta.logRetentionDuration: interval 1 days -> interval 30 days" in (
+    assert "set property delta.logRetentionDuration: interval 10 days -> interval 30 days" in (
         drift.stdout)
     assert "add constraint docks_available_not_negative" in drift.stdout
     assert "drop constraint stray_rule" in drift.stdout
@@ -186,10 +195,12 @@ def test_property_and_constraint_drift_is_detected_and_converged(root: Root) -> 
     assert root.cli("tables", "diff", "--table", name).returncode == 0
 
 
-def test_additive_column_is_applied_and_rows_are_kept(root: Root, tmp_path: Path) -> None:
+def test_additive_column_is_applied_and_rows_are_kept(
+    root: Root, spark: SparkSession, tmp_path: Path
+) -> None:
     _write_trips(tmp_path)
     assert root.cli("tables", "apply", "--definitions", str(tmp_path)).returncode == 0
-    write_deltalake(root.table("silver_trips"), _trips(0, 4), mode="append")
+    root.append(spark, "silver_trips", _trips(0, 4))
 
     _write_trips(tmp_path, extra_columns=(
         "  - name: duration_s\n    type: long\n    description: Duration.\n"))
@@ -224,7 +235,8 @@ BREAKING = {
 }
 
 
-def test_breaking_changes_are_refused_with_the_reason(root: Root, tmp_path: Path) -> None:
+def test_breaking_changes_are_refused_with_the_reason(root: Root, spark: SparkSession,
+                                                      tmp_path: Path) -> None:
     note = "  - name: note\n    type: string\n    description: N.\n"
     _write_trips(tmp_path, extra_columns=note)
     assert root.cli("tables", "apply", "--definitions", str(tmp_path)).returncode == 0
@@ -243,7 +255,7 @@ def test_breaking_changes_are_refused_with_the_reason(root: Root, tmp_path: Path
         plan = plan_table(definition, root.uri, root.storage)
         refused = [c for c in plan.refused if c.subject == subject]
         assert refused and reason in refused[0].detail, (case, plan.changes)
-        outcome = apply_plan(plan, root.storage, lambda _m: None)
+        outcome = apply_plan(spark, plan, root.storage, lambda _m: None)
         assert outcome.status == "refused", case
         assert root.table("silver_trips").version() == version, case
 
@@ -311,7 +323,7 @@ def test_maintenance_compacts_keeps_data_and_honours_retention(
     assert root.cli("tables", "apply", "--definitions", str(tmp_path)).returncode == 0
     for name in ("silver_trips", "silver_trips_short"):
         for batch in range(12):
-            write_deltalake(root.table(name), _trips(batch * 3, 3), mode="append")
+            root.append(spark, name, _trips(batch * 3, 3))
     columns = ["trip_id", "city", "distance_km"]
     expected = {name: _sorted_rows(root.table(name), columns)
                 for name in ("silver_trips", "silver_trips_short")}
@@ -372,7 +384,7 @@ def test_bronze_definition_fits_the_bronze_job_both_ways(
     bronze = {d.name: d for d in load_definitions()}["bronze_bikes_station_status"]
     by_apply, by_job = (_topic_with_records(settings, 5) for _ in range(2))
     created = bronze.model_copy(update={"name": bronze_table_name(by_apply)})
-    assert apply_plan(plan_table(created, root.uri, root.storage), root.storage,
+    assert apply_plan(spark, plan_table(created, root.uri, root.storage), root.storage,
                       lambda _m: None).status == "created"
 
     totals = run_available_now(spark, job_settings, [by_apply, by_job], lambda _m: None)
@@ -383,6 +395,6 @@ def test_bronze_definition_fits_the_bronze_job_both_ways(
     made_by_job = bronze.model_copy(update={"name": bronze_table_name(by_job)})
     plan = plan_table(made_by_job, root.uri, root.storage)
     assert not plan.refused, plan.changes
-    assert apply_plan(plan, root.storage, lambda _m: None).status == "converged"
+    assert apply_plan(spark, plan, root.storage, lambda _m: None).status == "converged"
     assert plan_table(made_by_job, root.uri, root.storage).in_sync
     assert root.table(made_by_job.name).to_pyarrow_dataset().count_rows() == 5

@@ -54,7 +54,8 @@ def run_id(settings: Settings, table: str) -> str:
     return path.read_text().strip()
 
 
-def ensure_tables(settings: Settings, names: list[str], report: Report) -> None:
+def ensure_tables(spark: SparkSession, settings: Settings, names: list[str],
+                  report: Report) -> None:
     """Create the tables the silver queries need that do not exist yet (apply's create
     step only; converging drift is `lakehouse tables apply`'s job)."""
     root = settings.tables_uri
@@ -62,7 +63,7 @@ def ensure_tables(settings: Settings, names: list[str], report: Report) -> None:
     for definition in load_definitions(tables=names):
         plan = plan_table(definition, root, storage)
         if plan.version is None:
-            apply_plan(plan, storage, report)
+            apply_plan(spark, plan, storage, report)
 
 
 def _pipeline(settings: Settings, spec: PipelineSpec,
@@ -88,15 +89,15 @@ def start_query(spark: SparkSession, settings: Settings, pipeline: SilverPipelin
     return writer.start()
 
 
-def _prepare(settings: Settings, tables: list[str] | None, specs: list[PipelineSpec] | None,
-             report: Report) -> list[SilverPipeline]:
+def _prepare(spark: SparkSession, settings: Settings, tables: list[str] | None,
+             specs: list[PipelineSpec] | None, report: Report) -> list[SilverPipeline]:
     chosen = specs if specs is not None else load_specs(tables=tables or ())
     definitions = {d.name: d for d in load_definitions()}
     needed = {METRICS_TABLE}
     for spec in chosen:
         source = definitions[spec.table].source
         needed |= {spec.table, spec.quarantine, *(source.tables if source else [])}
-    ensure_tables(settings, sorted(needed), report)
+    ensure_tables(spark, settings, sorted(needed), report)
     return [_pipeline(settings, spec, definitions) for spec in chosen]
 
 
@@ -146,7 +147,7 @@ def run_silver(spark: SparkSession, settings: Settings, tables: list[str] | None
     processing-time trigger until `stop` is set. A query that fails (e.g. a `fail` rule)
     raises RuntimeError naming the table and the reason.
     """
-    pipelines = _prepare(settings, tables, specs, report)
+    pipelines = _prepare(spark, settings, tables, specs, report)
     if not available_now:
         _run_continuous(spark, settings, pipelines, report, stop or threading.Event(),
                         interval, max_files_per_trigger)

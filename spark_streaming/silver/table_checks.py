@@ -63,7 +63,7 @@ def run_table_checks(spark: SparkSession, settings: Settings, tables: list[str] 
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
 
-    ensure_tables(settings, [RESULTS_TABLE], report)
+    ensure_tables(spark, settings, [RESULTS_TABLE], report)
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     context = gx.get_context(mode="file", project_root_dir=str(docs_folder(settings)))
