@@ -67,6 +67,16 @@ def _assert_exactly_once(settings: Settings, topic: str, values: set) -> None:
     assert set(rows["value"].to_pylist()) == values
 
 
+def _continuous_bronze(topic: str, max_offsets_per_trigger: int) -> subprocess.Popen[str]:
+    """`lakehouse bronze --continuous` for `topic` in its own process group (as a terminal
+    runs it), 1 s triggers of at most `max_offsets_per_trigger` records; stderr piped."""
+    command = [sys.executable, "-m", "cli.main", "--profile", TEST_PROFILE, "bronze",
+               "--topic", topic, "--continuous", "--interval", "1 second",
+               "--max-offsets-per-trigger", str(max_offsets_per_trigger)]
+    return subprocess.Popen(command, cwd=PROJECT_DIR, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
 def test_round_trip_every_record_once_and_byte_identical(
     stack: Stack, settings: Settings, spark: SparkSession
 ) -> None:
@@ -95,11 +105,7 @@ def test_sigkill_mid_stream_then_restart_loses_and_duplicates_nothing(
     stack: Stack, settings: Settings, spark: SparkSession
 ) -> None:
     topic, values = _topic_with_records(settings, 6000)
-    command = [sys.executable, "-m", "cli.main", "--profile", TEST_PROFILE, "bronze",
-               "--topic", topic, "--continuous", "--interval", "1 second",
-               "--max-offsets-per-trigger", "400"]
-    driver = subprocess.Popen(command, cwd=PROJECT_DIR, start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    driver = _continuous_bronze(topic, max_offsets_per_trigger=400)
     try:
         deadline = time.monotonic() + 180
         version = -1
@@ -231,11 +237,7 @@ def test_ctrl_c_while_batches_commit_keeps_every_committed_version(
     micro-batches commit: the job exits, every committed version's files are still there
     (the table reads in full), and a restart completes the topic exactly once."""
     topic, values = _topic_with_records(settings, 6000)
-    command = [sys.executable, "-m", "cli.main", "--profile", TEST_PROFILE, "bronze",
-               "--topic", topic, "--continuous", "--interval", "1 second",
-               "--max-offsets-per-trigger", "300"]
-    driver = subprocess.Popen(command, cwd=PROJECT_DIR, start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    driver = _continuous_bronze(topic, max_offsets_per_trigger=300)
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and driver.poll() is None:
