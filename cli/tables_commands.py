@@ -40,6 +40,13 @@ def _target(ctx: click.Context) -> tuple[str, dict[str, str]]:
         raise ConfigError(str(exc)) from None
 
 
+def _catalog(ctx: click.Context) -> dict[str, str]:
+    """The shared catalog's tables (name -> location), read without Spark."""
+    from lakehouse.catalog import registered_tables
+
+    return registered_tables(load_settings(ctx.obj.get("profile")))
+
+
 def _definitions(folder: Path | None, tables: tuple[str, ...]) -> list[TableDefinition]:
     return load_definitions(folder or DEFINITIONS_DIR, tables)
 
@@ -109,7 +116,7 @@ def diff(ctx: click.Context, definitions: Path | None, tables: tuple[str, ...]) 
     root, storage = _target(ctx)
     _say(f"comparing {len(loaded)} definitions with the tables under {root}")
     try:
-        plans = plan_tables(loaded, root, storage)
+        plans = plan_tables(loaded, root, storage, _catalog(ctx))
     except (DeltaError, OSError) as exc:
         _storage_failure(root, exc)
     _print_plans(plans)
@@ -138,11 +145,11 @@ def apply(ctx: click.Context, definitions: Path | None, tables: tuple[str, ...])
     loaded = _definitions(definitions, tables)
     root, storage = _target(ctx)
     _say(f"applying {len(loaded)} definitions to the tables under {root}")
-    counts = {"in sync": 0, "created": 0, "converged": 0, "refused": 0}
+    counts = {"in sync": 0, "created": 0, "converged": 0, "registered": 0, "refused": 0}
     failed = 0
     spark = None
     try:
-        plans = plan_tables(loaded, root, storage)
+        plans = plan_tables(loaded, root, storage, _catalog(ctx))
         if any(needs_spark(plan) for plan in plans):
             from spark_streaming.session import build_spark_session
 
@@ -163,6 +170,8 @@ def apply(ctx: click.Context, definitions: Path | None, tables: tuple[str, ...])
             counts[outcome.status] += 1
             if outcome.status == "created":
                 _say(f"{plan.name}: created (version {outcome.version_after})")
+            elif outcome.status == "registered":
+                _say(f"{plan.name}: registered in the catalog")
             elif outcome.status == "converged":
                 _say(f"{plan.name}: converged (version {outcome.version_before} -> "
                      f"{outcome.version_after})")
@@ -171,7 +180,7 @@ def apply(ctx: click.Context, definitions: Path | None, tables: tuple[str, ...])
     finally:
         if spark is not None:
             spark.stop()
-    if counts["created"] + counts["converged"] + counts["refused"] + failed == 0:
+    if counts["in sync"] == len(loaded) and not failed:
         _say(f"nothing to do: all {counts['in sync']} tables match their definitions")
     else:
         _say(", ".join(f"{n} {status}" for status, n in counts.items())

@@ -5,10 +5,12 @@ table, property drift, constraint drift, schema and description changes. It only
 the Delta log (delta-rs), so `tables diff` and an `apply` with nothing to do never start
 Spark. `apply_plan` carries a plan out idempotently with Spark SQL DDL on delta-spark:
 `CREATE TABLE ... USING delta`, `ALTER TABLE ... SET TBLPROPERTIES / ADD COLUMNS / ALTER
-COLUMN / ADD|DROP CONSTRAINT`. A plan holding a change that would break readers (dropped
-or renamed column, type change, NOT NULL on an existing column, new NOT NULL column,
-partitioning change) is refused as a whole, with the reason. A table in sync gets no
-commit at all: every statement is guarded by the comparison.
+COLUMN / ADD|DROP CONSTRAINT`, and registers the table under its catalog name
+(`bronze.station_status`) in the shared metastore when given the catalog's listing.
+A plan holding a change that would break readers (dropped or renamed column, type
+change, NOT NULL on an existing column, new NOT NULL column, partitioning change) is
+refused as a whole, with the reason. A table in sync gets no commit at all: every
+statement is guarded by the comparison.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from lakehouse import column_types
+from lakehouse.catalog import catalog_name, catalog_sql
 from lakehouse.constraint_check import CONSTRAINT_PREFIX
 from lakehouse.definitions import ColumnDefinition, TableDefinition
-from lakehouse.storage import delta_path_sql
+from lakehouse.storage import delta_path_sql, spark_uri
 
 Report = Callable[[str], None]
 
@@ -41,6 +44,7 @@ ADD_COLUMN = "add column"
 DROP_NOT_NULL = "drop not null"
 SET_COLUMN_DESCRIPTION = "set column description"
 SET_TABLE_DESCRIPTION = "set table description"
+REGISTER = "register"
 REFUSE = "refuse"
 
 
@@ -193,15 +197,31 @@ def _constraint_changes(definition: TableDefinition,
     return changes
 
 
-def plan_table(definition: TableDefinition, root: str, storage: dict[str, str]) -> TablePlan:
-    """What `apply` would do to make the live table match `definition`."""
+def _registration(definition: TableDefinition, uri: str,
+                  catalog: dict[str, str] | None) -> list[Change]:
+    if catalog is None:
+        return []
+    name, location = catalog_name(definition), spark_uri(uri)
+    registered = catalog.get(name)
+    if registered == location:
+        return []
+    detail = (f"as a catalog table at {location}" if registered is None
+              else f"the catalog points at {registered}; re-point it to {location}")
+    return [Change(REGISTER, name, detail, registered)]
+
+
+def plan_table(definition: TableDefinition, root: str, storage: dict[str, str],
+               catalog: dict[str, str] | None = None) -> TablePlan:
+    """What `apply` would do to make the live table match `definition` (and, given the
+    catalog's listing from `lakehouse.catalog.registered_tables`, to register it)."""
     uri = table_location(root, definition.name)
     table = open_table(uri, storage)
+    registration = _registration(definition, uri, catalog)
     if table is None:
         summary = (f"{len(definition.columns)} columns, partitioned by "
                    f"{definition.partition_by or 'nothing'}, {len(definition.properties)} "
                    f"properties, {len(definition.constraints)} constraints")
-        return TablePlan(definition, uri, None, [Change(CREATE, "", summary)])
+        return TablePlan(definition, uri, None, [Change(CREATE, "", summary), *registration])
     metadata = table.metadata()
     configuration = dict(metadata.configuration)
     changes = _schema_changes(definition, table)
@@ -210,12 +230,13 @@ def plan_table(definition: TableDefinition, root: str, storage: dict[str, str]) 
     if metadata.description != definition.description:
         changes.append(Change(SET_TABLE_DESCRIPTION, "", "description differs",
                               definition.description))
+    changes += registration
     return TablePlan(definition, uri, table.version(), changes)
 
 
-def plan_tables(definitions: list[TableDefinition], root: str,
-                storage: dict[str, str]) -> list[TablePlan]:
-    return [plan_table(d, root, storage) for d in definitions]
+def plan_tables(definitions: list[TableDefinition], root: str, storage: dict[str, str],
+                catalog: dict[str, str] | None = None) -> list[TablePlan]:
+    return [plan_table(d, root, storage, catalog) for d in definitions]
 
 
 # ---------------------------------------------------------------------------- applying
@@ -299,10 +320,25 @@ def _converge(spark: SparkSession, plan: TablePlan) -> None:
               f"({_properties_sql({'comment': change.value or ''})})")
 
 
+def _register(spark: SparkSession, plan: TablePlan, change: Change) -> None:
+    """Name the table in the shared catalog. The table is external: dropping a stale
+    registration removes the name only, never the files."""
+    database = change.subject.split(".")[0]
+    _step(spark, plan, f"create database {database}",
+          f"CREATE DATABASE IF NOT EXISTS `{database}`")
+    name = catalog_sql(change.subject)
+    if change.value is not None:  # registered elsewhere: re-point
+        _step(spark, plan, f"drop the stale catalog entry {change.subject}",
+              f"DROP TABLE IF EXISTS {name}")
+    _step(spark, plan, f"register {change.subject}",
+          f"CREATE TABLE IF NOT EXISTS {name} USING delta "
+          f"LOCATION {_literal(spark_uri(plan.uri))}")
+
+
 @dataclass(frozen=True)
 class ApplyOutcome:
     name: str
-    status: str  # "in sync" | "created" | "converged" | "refused"
+    status: str  # "in sync" | "created" | "converged" | "registered" | "refused"
     version_before: int | None
     version_after: int | None
 
@@ -322,15 +358,21 @@ def apply_plan(spark: SparkSession | None, plan: TablePlan, storage: dict[str, s
         return ApplyOutcome(plan.name, "refused", plan.version, plan.version)
     if spark is None:
         raise ValueError(f"{plan.name}: applying changes needs a Spark session")
+    registration = _of(plan, REGISTER)
     if plan.version is None:
         report(f"{plan.name}: creating {plan.uri}")
         _create(spark, plan)
         status = "created"
-    else:
+    elif len(registration) < len(plan.changes):
         # Appends since planning do not matter: the plan is about metadata only.
         for change in plan.changes:
             report(f"{plan.name}: {change.describe()}")
         _converge(spark, plan)
         status = "converged"
+    else:
+        status = "registered"
+    for change in registration:
+        report(f"{plan.name}: register {change.subject} ({change.detail})")
+        _register(spark, plan, change)
     after = DeltaTable(plan.uri, storage_options=storage).version()
     return ApplyOutcome(plan.name, status, plan.version, after)

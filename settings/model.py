@@ -72,6 +72,9 @@ class PostgresSettings(_Section):
     database: str
     user: str
     password: SecretStr | None = None
+    # Database of the Hive metastore: the catalog of lakehouse tables shared by every Spark
+    # process (ingest, transform, notebooks), in this same PostgreSQL server.
+    metastore_database: str = "metastore"
 
     def dsn_kwargs(self) -> dict[str, str | int]:
         if self.password is None:

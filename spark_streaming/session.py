@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
+import zipfile
 from pathlib import Path
 
+import psycopg
+import pyspark
 from pyspark.sql import SparkSession
 
+from infra.clients import postgres_connect
 from infra.layout import StateLayout
+from lakehouse.storage import spark_uri
 from settings import ConfigError, Settings
 from spark_streaming.spark_home import use_compiled_pyspark
 
 LOOPBACK = "127.0.0.1"
+# JVM loggers that print INFO/WARN noise for normal metastore work (schema checks,
+# "native-hadoop library not loaded") at every session start.
+_QUIET_LOGGERS = ("org.apache.hadoop.hive", "DataNucleus", "org.datanucleus",
+                  "org.apache.spark.sql.hive.HiveExternalCatalog",
+                  "org.apache.hadoop.util.NativeCodeLoader")
+# pg_advisory_lock key taken while a session creates the metastore schema (any constant).
+_METASTORE_SCHEMA_LOCK = 0x1A4E_5701
 
 
 def spark_jars(settings: Settings) -> list[Path]:
@@ -48,8 +61,62 @@ def _s3a_confs(settings: Settings) -> dict[str, str]:
     }
 
 
+def _metastore_model_classes() -> str:
+    """Hive's metastore model classes, read from package.jdo in Spark's hive-metastore jar.
+
+    DataNucleus must know every class when it starts: otherwise it creates tables lazily
+    inside the first CREATE TABLE's transaction, and that transaction waits forever on the
+    lock of a foreign key it is creating itself (measured with PostgreSQL).
+    """
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    found = sorted(jars.glob("hive-metastore-*.jar"))
+    if not found:
+        raise ConfigError(f"no hive-metastore jar in {jars}: is pyspark installed in full?")
+    with zipfile.ZipFile(found[-1]) as jar:
+        text = jar.read("package.jdo").decode()
+    package = re.search(r'<package name="([^"]+)"', text)
+    if package is None:
+        raise ConfigError(f"{found[-1]}: package.jdo names no package")
+    return ",".join(f"{package.group(1)}.{name}"
+                    for name in re.findall(r'<class name="([^"]+)"', text))
+
+
+def _metastore_url(settings: Settings) -> str:
+    pg = settings.postgres
+    return f"jdbc:postgresql://{pg.host}:{pg.port}/{pg.metastore_database}"
+
+
+def _catalog_confs(settings: Settings, jars: list[Path]) -> dict[str, str]:
+    """The shared catalog: Spark's built-in Hive metastore client on a database of the
+    project's PostgreSQL, so every Spark process sees the same named tables."""
+    pg = settings.postgres
+    if pg.password is None:
+        raise ConfigError("LAKEHOUSE_POSTGRES__PASSWORD is not set (environment or .env; "
+                          "`make setup` writes one): the table catalog lives in PostgreSQL")
+    driver = [jar for jar in jars if jar.name.startswith("postgresql-")]
+    if not driver:
+        raise ConfigError("no PostgreSQL JDBC driver among Spark's jars: run `make setup`")
+    hadoop = "spark.hadoop."
+    return {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": spark_uri(f"{settings.tables_uri}/_warehouse"),
+        # The metastore opens its JDBC connection through DriverManager, which only sees
+        # the application class path (spark.jars alone: "No suitable driver").
+        "spark.driver.extraClassPath": str(driver[0]),
+        f"{hadoop}javax.jdo.option.ConnectionURL": _metastore_url(settings),
+        f"{hadoop}javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
+        f"{hadoop}javax.jdo.option.ConnectionUserName": pg.user,
+        f"{hadoop}javax.jdo.option.ConnectionPassword": pg.password.get_secret_value(),
+        f"{hadoop}hive.metastore.schema.verification": "false",
+        f"{hadoop}datanucleus.schema.autoCreateAll": "true",
+        f"{hadoop}datanucleus.autoStartMechanism": "Classes",
+        f"{hadoop}datanucleus.autoStartClassNames": _metastore_model_classes(),
+    }
+
+
 def _spark_confs(settings: Settings, app_name: str) -> dict[str, str]:
     spark = settings.spark
+    jars = spark_jars(settings)
     confs = {
         "spark.app.name": app_name,
         "spark.master": spark.master,
@@ -65,12 +132,12 @@ def _spark_confs(settings: Settings, app_name: str) -> dict[str, str]:
         # for a tiny table on local[1], 18 s with 4 (measured)
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(
             max(spark.shuffle_partitions, 1)),
-        "spark.jars": ",".join(str(jar) for jar in spark_jars(settings)),
+        "spark.jars": ",".join(str(jar) for jar in jars),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
-        "spark.sql.catalogImplementation": "in-memory",
     }
+    confs.update(_catalog_confs(settings, jars))
     confs.update(_s3a_confs(settings))
     if spark.master.startswith("local"):
         confs.update({
@@ -96,7 +163,42 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse") -> Spar
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(settings.spark.log_level)
+    _quiet(session)
+    _ensure_metastore_schema(session, settings)
     return session
+
+
+def _quiet(session: SparkSession) -> None:
+    jvm = session._jvm  # type: ignore[attr-defined]
+    error = jvm.org.apache.logging.log4j.Level.ERROR
+    for name in _QUIET_LOGGERS:
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, error)
+
+
+def _metastore_has_schema(settings: Settings) -> bool:
+    with postgres_connect(settings, dbname=settings.postgres.metastore_database) as conn:
+        row = conn.execute("SELECT to_regclass('\"VERSION\"') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
+def _ensure_metastore_schema(session: SparkSession, settings: Settings) -> None:
+    """Create the metastore's tables once, one process at a time: two sessions creating
+    them at the same moment collide on PostgreSQL's catalog (seen once in six)."""
+    try:
+        if _metastore_has_schema(settings):
+            return
+        with postgres_connect(settings, dbname=settings.postgres.metastore_database,
+                              timeout=10) as conn:
+            conn.execute("SELECT pg_advisory_lock(%s)", (_METASTORE_SCHEMA_LOCK,))
+            try:
+                session.sql("SHOW DATABASES").collect()  # the first call creates the schema
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (_METASTORE_SCHEMA_LOCK,))
+    except psycopg.Error as exc:
+        raise ConfigError(
+            f"the table catalog (Hive metastore) at {_metastore_url(settings)} is not "
+            f"reachable: {str(exc).strip().splitlines()[0]}; is PostgreSQL up "
+            "(`lakehouse up`)?") from exc
 
 
 def activate_in_thread(session: SparkSession) -> None:

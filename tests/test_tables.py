@@ -6,6 +6,9 @@ CLI, the same root for in-process calls), so tests never see each other's tables
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,7 +29,7 @@ from lakehouse.storage import delta_path_sql, spark_uri, storage_options
 from lakehouse.table_manager import REFUSE, apply_plan, plan_table, table_location
 from settings import Settings
 from spark_streaming.bronze import bronze_table_name, run_available_now
-from tests.conftest import run_cli
+from tests.conftest import PROJECT_DIR, run_cli
 
 
 @dataclass(frozen=True)
@@ -280,6 +283,52 @@ INVALID = {
     "silver/silver_e.yaml": ("colour", "Extra inputs are not permitted"),
     "gold/silver_f.yaml": ("layer", "but the file is in folder 'gold'"),
 }
+
+
+CATALOG_READER = """
+import json, sys
+from settings import load_settings
+from spark_streaming.session import build_spark_session
+spark = build_spark_session(load_settings("test"), "catalog-reader")
+tables = sorted(r.tableName for r in spark.sql("SHOW TABLES IN silver").collect())
+row = spark.sql("SELECT count(*) AS n, sum(trip_id) AS total FROM silver.trips").first()
+print(json.dumps({"tables": tables, "rows": row.n, "total": row.total}))
+spark.stop()
+"""
+
+
+def test_two_spark_processes_share_the_catalog(root: Root, spark: SparkSession,
+                                               tmp_path: Path) -> None:
+    """`tables apply` (one Spark process) registers silver.trips in the metastore; this
+    test's own Spark process, started before, writes it by name; a third process reads
+    it by name while the second still runs."""
+    _write_trips(tmp_path)
+    applied = root.cli("tables", "apply", "--definitions", str(tmp_path))
+    assert applied.returncode == 0, applied.stderr
+    assert "register silver.trips" in applied.stderr
+
+    spark.sql("INSERT INTO silver.trips VALUES (1, 'oslo', 2.5), (2, 'lyon', 1.0), "
+              "(3, 'oslo', 0.5)")
+    assert root.table("silver_trips").to_pyarrow_dataset().count_rows() == 3
+
+    reader = subprocess.run([sys.executable, "-c", CATALOG_READER], cwd=PROJECT_DIR,
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert reader.returncode == 0, reader.stderr[-3000:]
+    seen = json.loads(reader.stdout.strip().splitlines()[-1])
+    assert "trips" in seen["tables"]
+    assert (seen["rows"], seen["total"]) == (3, 6)
+
+    # A lost registration is drift that apply repairs, without touching the files
+    spark.sql("DROP TABLE silver.trips")
+    drift = root.cli("tables", "diff", "--definitions", str(tmp_path))
+    assert drift.returncode == 1, drift.stdout + drift.stderr
+    assert "+ register silver.trips" in drift.stdout
+    assert root.table("silver_trips").to_pyarrow_dataset().count_rows() == 3
+    repaired = root.cli("tables", "apply", "--definitions", str(tmp_path))
+    assert repaired.returncode == 0, repaired.stderr
+    assert "1 registered" in repaired.stderr
+    assert spark.sql("SELECT count(*) FROM silver.trips").first()[0] == 3
+    assert root.cli("tables", "diff", "--definitions", str(tmp_path)).returncode == 0
 
 
 def test_invalid_definitions_are_rejected_naming_file_and_field(tmp_path: Path) -> None:

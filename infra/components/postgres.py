@@ -164,13 +164,15 @@ class Postgres(Component):
         return True
 
     def after_healthy(self) -> None:
-        database = self.settings.postgres.database
+        """Create the rentals database and the Hive metastore's database when missing."""
+        pg = self.settings.postgres
         with postgres_connect(self.settings, dbname="postgres") as conn:
-            exists = conn.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
-            ).fetchone()
-            if not exists:
-                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+            for database in (pg.database, pg.metastore_database):
+                exists = conn.execute(
+                    "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
+                ).fetchone()
+                if not exists:
+                    conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
 
     def version(self) -> str:
         with postgres_connect(self.settings, dbname="postgres", timeout=2) as conn:

@@ -23,6 +23,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from lakehouse.catalog import registered_tables
 from lakehouse.definitions import TableDefinition, load_definitions
 from lakehouse.storage import storage_options
 from lakehouse.table_manager import apply_plan, plan_table
@@ -57,11 +58,13 @@ def run_id(settings: Settings, table: str) -> str:
 def ensure_tables(spark: SparkSession, settings: Settings, names: list[str],
                   report: Report) -> None:
     """Create the tables the silver queries need that do not exist yet (apply's create
-    step only; converging drift is `lakehouse tables apply`'s job)."""
+    step only, with their catalog names; converging drift is `lakehouse tables apply`'s
+    job)."""
     root = settings.tables_uri
     storage = storage_options(settings, root)
+    catalog = registered_tables(settings)
     for definition in load_definitions(tables=names):
-        plan = plan_table(definition, root, storage)
+        plan = plan_table(definition, root, storage, catalog)
         if plan.version is None:
             apply_plan(spark, plan, storage, report)
 
