@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import click
@@ -29,10 +30,12 @@ def gold(ctx: click.Context, tables: tuple[str, ...], rebuild: bool) -> None:
 
     Idempotent: with nothing new in silver no table gets a commit. The silver versions
     consumed are recorded in each gold commit. The tables must exist (`lakehouse tables
-    apply`).
+    apply`). Exit codes: 0 ok; 2 bad configuration or missing tables; 3 refused: another
+    process is writing one of the tables.
     """
     from spark_streaming.gold import METRICS, behind, preflight, run_gold
     from spark_streaming.session import build_spark_session
+    from spark_streaming.table_lock import writing
 
     unknown = [t for t in tables if t not in METRICS]
     if unknown:
@@ -45,9 +48,11 @@ def gold(ctx: click.Context, tables: tuple[str, ...], rebuild: bool) -> None:
         return
     _say(f"gold: {', '.join(chosen)} under {settings.tables_uri}"
          + (" (rebuild)" if rebuild else ""))
-    spark = build_spark_session(settings, app_name="lakehouse-gold")
-    try:
-        written = run_gold(spark, settings, list(tables) or None, rebuild, _say)
-    finally:
-        spark.stop()
+    # taken before Spark starts: refused at once while another process writes them
+    with writing(settings, chosen, "lakehouse " + " ".join(sys.argv[1:])):
+        spark = build_spark_session(settings, app_name="lakehouse-gold")
+        try:
+            written = run_gold(spark, settings, list(tables) or None, rebuild, _say)
+        finally:
+            spark.stop()
     _say(f"gold done: rows written {json.dumps(written)}")

@@ -27,6 +27,7 @@ from infra.layout import StateLayout
 from infra.stack import Stack
 from settings import ConfigError, Settings, load_settings
 from settings.env_file import ensure_env_file
+from spark_streaming.table_lock import TableBusy
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -271,6 +272,10 @@ def main() -> None:
         console.print("[red]error:[/red] ", end="")
         console.print(str(exc), markup=False)
         sys.exit(2)
+    except TableBusy as exc:
+        console.print("[red]refused:[/red] ", end="")
+        console.print(str(exc), markup=False)
+        sys.exit(3)
     except KeyboardInterrupt:
         console.print("interrupted")
         sys.exit(130)

@@ -2,7 +2,8 @@
 expectations with quarantine), and the table-level quality checks.
 
 Exit codes: 0 success; 1 a silver query stopped (e.g. a `fail` expectation, named with a
-sample of its rows); 2 invalid configuration, pipeline spec or suite.
+sample of its rows); 2 invalid configuration, pipeline spec or suite; 3 refused because
+another process is writing one of the tables (a running ingest or silver job).
 """
 
 from __future__ import annotations
@@ -10,11 +11,19 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import ExitStack
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 
 from cli.context import settings_of
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from settings import Settings
+    from spark_streaming.silver.spec import PipelineSpec
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -41,18 +50,34 @@ def _say(message: str) -> None:
 @click.pass_context
 def silver(ctx: click.Context, tables: tuple[str, ...], continuous: bool, interval: str,
            rebuild: bool, check: bool) -> None:
-    """Bronze -> silver tables, exactly once, bad records to quarantine with the reason."""
-    from spark_streaming.bronze import stop_on_signals
+    """Bronze -> silver tables, exactly once, bad records to quarantine with the reason.
+
+    Exit codes: 0 ok; 1 a query stopped; 2 bad configuration or spec; 3 refused: another
+    process is writing one of the tables.
+    """
     from spark_streaming.session import build_spark_session
-    from spark_streaming.silver import rebuild_silver, run_silver, run_table_checks
     from spark_streaming.silver.spec import load_specs
+    from spark_streaming.table_lock import writing
 
     settings = settings_of(ctx)
     specs = load_specs(tables=tables)  # invalid specs stop here, before Spark starts
     if rebuild and continuous:
         raise click.UsageError("--rebuild catches up once; run --continuous afterwards")
     _say(f"silver: {', '.join(s.table for s in specs)} on {settings.tables_uri}")
-    spark = build_spark_session(settings, app_name="lakehouse-silver")
+    command = "lakehouse " + " ".join(sys.argv[1:])
+    with ExitStack() as held:
+        # before Spark starts: refused at once while another process writes these tables
+        held.enter_context(writing(settings, [s.table for s in specs], command))
+        spark = build_spark_session(settings, app_name="lakehouse-silver")
+        held.callback(spark.stop)
+        _run(spark, settings, specs, continuous, interval, rebuild, check)
+
+
+def _run(spark: SparkSession, settings: Settings, specs: list[PipelineSpec], continuous: bool,
+         interval: str, rebuild: bool, check: bool) -> None:
+    from spark_streaming.bronze import stop_on_signals
+    from spark_streaming.silver import rebuild_silver, run_silver, run_table_checks
+
     try:
         with stop_on_signals() as stop:
             if rebuild:
@@ -74,5 +99,3 @@ def silver(ctx: click.Context, tables: tuple[str, ...], continuous: bool, interv
         console.print("[red]error:[/red] ", end="")
         console.print(str(exc), markup=False)
         sys.exit(1)
-    finally:
-        spark.stop()

@@ -52,7 +52,6 @@ class Stack:
             for component in self.components:
                 if component.process.is_running():
                     if component._safe_healthy():
-                        component.after_healthy()  # a newer version may need more in it
                         report(f"{component.name}: already healthy, left alone")
                         continue
                     report(f"{component.name}: running but unhealthy, restarting")

@@ -73,7 +73,8 @@ class PostgresSettings(_Section):
     user: str
     password: SecretStr | None = None
     # Database of the Hive metastore: the catalog of lakehouse tables shared by every Spark
-    # process (ingest, transform, notebooks), in this same PostgreSQL server.
+    # process (ingest, transform, notebooks), in this same PostgreSQL server; the first
+    # Spark session creates it when missing.
     metastore_database: str = "metastore"
 
     def dsn_kwargs(self) -> dict[str, str | int]:

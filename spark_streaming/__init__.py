@@ -1,1 +1,2 @@
-"""Spark: the session factory, the Kafka and Delta data sources, the streaming jobs."""
+"""Spark: the session factory and the jobs (bronze, silver, gold) on spark-sql-kafka and
+delta-spark."""

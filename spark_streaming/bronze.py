@@ -32,7 +32,7 @@ from pyspark.sql.types import StructType
 from infra.clients import kafka_admin
 from lakehouse.storage import spark_uri, table_uri
 from settings import Settings
-from spark_streaming.checkpoint_offsets import committed_source_offset
+from spark_streaming.checkpoint_offsets import committed_source_offsets
 
 log = logging.getLogger("lakehouse.bronze")
 Report = Callable[[str], None]
@@ -126,6 +126,10 @@ def source_options(spark: SparkSession, settings: Settings, query: BronzeQuery,
         "kafka.isolation.level": "read_committed",
         # a record deleted by retention before bronze read it stops the query, loudly
         "failOnDataLoss": "true",
+        # A broker restart (or a leader moving) makes offset lookups fail for a while:
+        # retry for about a minute before the query fails (default: 3 tries 10 ms apart).
+        "fetchOffset.numRetries": "30",
+        "fetchOffset.retryIntervalMs": "2000",
     }
     if not _has_progress(spark, query.checkpoint):
         options["startingOffsets"] = starting_offsets(spark, settings, query)
@@ -197,9 +201,10 @@ def caught_up(settings: Settings, query: BronzeQuery) -> bool:
     checkpoint, a batch left uncommitted by a crash, new records, new partitions) says
     False: run the round.
     """
-    committed = committed_source_offset(query.checkpoint)
-    if committed is None:
+    offsets = committed_source_offsets(query.checkpoint)
+    if offsets is None or len(offsets) != 1:
         return False
+    committed = offsets[0]
     reached = {int(p): int(o) for p, o in committed.get(query.topic, {}).items()}
     return all(reached.get(p, -1) >= end for p, end in log_ends(settings, query.topic).items())
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import psycopg
 import pyspark
+from psycopg import sql
 from pyspark.sql import SparkSession
 
 from infra.clients import postgres_connect
@@ -19,11 +21,14 @@ from settings import ConfigError, Settings
 from spark_streaming.spark_home import use_compiled_pyspark
 
 LOOPBACK = "127.0.0.1"
-# JVM loggers that print INFO/WARN noise for normal metastore work (schema checks,
-# "native-hadoop library not loaded") at every session start.
+# JVM loggers that print WARN noise for normal work: metastore schema checks and
+# "native-hadoop library not loaded" at every session start, and "current batch is falling
+# behind" whenever a micro-batch outlasts its trigger interval, even on a few rows (each
+# layer's progress line reports batch durations instead).
 _QUIET_LOGGERS = ("org.apache.hadoop.hive", "DataNucleus", "org.datanucleus",
                   "org.apache.spark.sql.hive.HiveExternalCatalog",
-                  "org.apache.hadoop.util.NativeCodeLoader")
+                  "org.apache.hadoop.util.NativeCodeLoader",
+                  "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor")
 # pg_advisory_lock key taken while a session creates the metastore schema (any constant).
 _METASTORE_SCHEMA_LOCK = 0x1A4E_5701
 
@@ -128,6 +133,8 @@ def _spark_confs(settings: Settings, app_name: str) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
+        # wide tables (bronze, quarantine) otherwise log a WARN when a plan is printed
+        "spark.sql.debug.maxToStringFields": "200",
         # Delta's VACUUM lists files in a job of this many tasks (default 10,000): 158 s
         # for a tiny table on local[1], 18 s with 4 (measured)
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(
@@ -158,13 +165,16 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse") -> Spar
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    confs = _spark_confs(settings, app_name)
+    schema_ready = _metastore_has_schema(settings)
     builder = SparkSession.builder
-    for key, value in _spark_confs(settings, app_name).items():
+    for key, value in confs.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(settings.spark.log_level)
     _quiet(session)
-    _ensure_metastore_schema(session, settings)
+    if not schema_ready:
+        _create_metastore_schema(session, settings)
     return session
 
 
@@ -175,18 +185,36 @@ def _quiet(session: SparkSession) -> None:
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, error)
 
 
+def _catalog_unreachable(settings: Settings, exc: psycopg.Error) -> ConfigError:
+    return ConfigError(
+        f"the table catalog (Hive metastore, database {settings.postgres.metastore_database!r}"
+        f" at {_metastore_url(settings)}) is not usable: "
+        f"{str(exc).strip().splitlines()[0]}; is PostgreSQL up (`lakehouse up`), and may "
+        f"user {settings.postgres.user!r} create that database or use it?")
+
+
 def _metastore_has_schema(settings: Settings) -> bool:
-    with postgres_connect(settings, dbname=settings.postgres.metastore_database) as conn:
-        row = conn.execute("SELECT to_regclass('\"VERSION\"') IS NOT NULL").fetchone()
+    """Whether the metastore's database holds its schema; creates the database when
+    missing (the embedded server's user may; on another server, create it once)."""
+    database = settings.postgres.metastore_database
+    try:
+        with postgres_connect(settings, dbname="postgres") as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                                  (database,)).fetchone()
+            if not exists:
+                with contextlib.suppress(psycopg.errors.DuplicateDatabase):  # a racing twin
+                    conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+        with postgres_connect(settings, dbname=database) as conn:
+            row = conn.execute("SELECT to_regclass('\"VERSION\"') IS NOT NULL").fetchone()
+    except psycopg.Error as exc:
+        raise _catalog_unreachable(settings, exc) from None
     return bool(row and row[0])
 
 
-def _ensure_metastore_schema(session: SparkSession, settings: Settings) -> None:
-    """Create the metastore's tables once, one process at a time: two sessions creating
-    them at the same moment collide on PostgreSQL's catalog (seen once in six)."""
+def _create_metastore_schema(session: SparkSession, settings: Settings) -> None:
+    """Let the first session create the metastore's tables, one process at a time: two
+    sessions creating them at the same moment collide in PostgreSQL (seen once in six)."""
     try:
-        if _metastore_has_schema(settings):
-            return
         with postgres_connect(settings, dbname=settings.postgres.metastore_database,
                               timeout=10) as conn:
             conn.execute("SELECT pg_advisory_lock(%s)", (_METASTORE_SCHEMA_LOCK,))
@@ -195,10 +223,7 @@ def _ensure_metastore_schema(session: SparkSession, settings: Settings) -> None:
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (_METASTORE_SCHEMA_LOCK,))
     except psycopg.Error as exc:
-        raise ConfigError(
-            f"the table catalog (Hive metastore) at {_metastore_url(settings)} is not "
-            f"reachable: {str(exc).strip().splitlines()[0]}; is PostgreSQL up "
-            "(`lakehouse up`)?") from exc
+        raise _catalog_unreachable(settings, exc) from None
 
 
 def activate_in_thread(session: SparkSession) -> None:

@@ -18,6 +18,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from infra.clients import kafka_admin, kafka_config
+from infra.ports import wait_until
 from infra.stack import Stack
 from lakehouse.storage import storage_options
 from settings import Settings
@@ -32,20 +33,40 @@ from tests.conftest import PROJECT_DIR, TEST_PROFILE
 from tests.kafka_support import produce_transactions
 
 
-def _topic_with_records(settings: Settings, count: int, partitions: int = 3) -> tuple[str, set]:
-    topic = f"br.{uuid.uuid4().hex[:10]}"
-    admin = kafka_admin(settings)
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=20)
+def _produce(settings: Settings, topic: str, first: int, count: int) -> set[bytes]:
+    """`count` keyed records numbered from `first`; their values."""
     producer = Producer({**kafka_config(settings), "enable.idempotence": True,
                          "linger.ms": 20})
     values = set()
-    for i in range(count):
+    for i in range(first, first + count):
         value = f'{{"n": {i}, "pad": "{"x" * (i % 50)}"}}'.encode()
         values.add(value)
         producer.produce(topic, key=f"station-{i % 17}".encode(), value=value,
                          headers=[("source", b"test"), ("n", str(i).encode())])
     assert producer.flush(30) == 0
-    return topic, values
+    return values
+
+
+def _topic_with_records(settings: Settings, count: int, partitions: int = 3) -> tuple[str, set]:
+    topic = f"br.{uuid.uuid4().hex[:10]}"
+    admin = kafka_admin(settings)
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=20)
+    return topic, _produce(settings, topic, 0, count)
+
+
+def _wait_for_commits(settings: Settings, topic: str, driver: subprocess.Popen[str],
+                      version: int, timeout: float = 180) -> None:
+    """Until the running job's table reaches `version`; fails if the job exits first."""
+    deadline = time.monotonic() + timeout
+    reached = -1
+    while time.monotonic() < deadline and driver.poll() is None and reached < version:
+        try:
+            reached = _table(settings, topic).version()
+        except Exception:
+            reached = -1
+        time.sleep(0.2)
+    assert driver.poll() is None, driver.stderr.read() if driver.stderr else ""
+    assert reached >= version, "the job committed no batches in time"
 
 
 def _table(settings: Settings, topic: str) -> DeltaTable:
@@ -107,18 +128,7 @@ def test_sigkill_mid_stream_then_restart_loses_and_duplicates_nothing(
     topic, values = _topic_with_records(settings, 6000)
     driver = _continuous_bronze(topic, max_offsets_per_trigger=400)
     try:
-        deadline = time.monotonic() + 180
-        version = -1
-        while time.monotonic() < deadline and driver.poll() is None:
-            try:
-                version = _table(settings, topic).version()
-            except Exception:
-                version = -1
-            if version >= 3:
-                break
-            time.sleep(0.3)
-        assert driver.poll() is None, driver.stderr.read() if driver.stderr else ""
-        assert version >= 3, "the job committed no batches in time"
+        _wait_for_commits(settings, topic, driver, 3)
         os.killpg(driver.pid, signal.SIGKILL)  # the driver and its JVM die mid-stream
         driver.wait(30)
     finally:
@@ -239,15 +249,7 @@ def test_ctrl_c_while_batches_commit_keeps_every_committed_version(
     topic, values = _topic_with_records(settings, 6000)
     driver = _continuous_bronze(topic, max_offsets_per_trigger=300)
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and driver.poll() is None:
-            try:
-                if _table(settings, topic).version() >= 3:
-                    break
-            except Exception:
-                pass
-            time.sleep(0.2)
-        assert driver.poll() is None, driver.stderr.read() if driver.stderr else ""
+        _wait_for_commits(settings, topic, driver, 3)
         os.killpg(driver.pid, signal.SIGINT)
         _, stderr = driver.communicate(timeout=90)
     finally:
@@ -258,4 +260,38 @@ def test_ctrl_c_while_batches_commit_keeps_every_committed_version(
     stopped_at = _rows(settings, topic)  # every file of every committed version is readable
     assert 0 < stopped_at.num_rows < len(values), "Ctrl-C should have come mid-stream"
     run_available_now(spark, settings, [topic], lambda _m: None)
+    _assert_exactly_once(settings, topic, values)
+
+
+def test_broker_restart_mid_stream_is_ridden_out_exactly_once(
+    stack: Stack, settings: Settings
+) -> None:
+    """The broker stops and starts again while the continuous job streams: the job keeps
+    running, reads what was produced before and after, and bronze holds every record once."""
+    topic, values = _topic_with_records(settings, 4000)
+    driver = _continuous_bronze(topic, max_offsets_per_trigger=300)
+    kafka = stack.component("kafka")
+    try:
+        _wait_for_commits(settings, topic, driver, 2)
+        assert kafka.stop(), "the broker did not stop"
+        kafka.start()
+        values |= _produce(settings, topic, len(values), 1000)
+        deadline = time.monotonic() + 240
+        rows = 0
+        while time.monotonic() < deadline and driver.poll() is None and rows < len(values):
+            rows = _rows(settings, topic).num_rows
+            time.sleep(1)
+        assert driver.poll() is None, (driver.stderr.read() if driver.stderr else "")[-3000:]
+        assert rows == len(values), f"{rows} of {len(values)} records in bronze in time"
+        os.killpg(driver.pid, signal.SIGINT)
+        driver.communicate(timeout=90)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(30)
+        if not kafka.process.is_running():
+            kafka.start()
+        # the Connect worker reconnects by itself; later tests need it
+        connect = stack.component("kafka-connect")
+        assert wait_until(lambda: connect.status(True).state == "healthy", 120)
     _assert_exactly_once(settings, topic, values)

@@ -3,7 +3,8 @@ data set, incremental replacement of exactly the affected keys, no commit withou
 rebuild equal to the incremental result.
 
 Silver tables are created from their definitions (lakehouse tables apply) under a prefix
-of this module's own and filled with delta-rs, so the test does not depend on the silver jobs.
+of this module's own and filled through delta-spark, so the test does not depend on the
+silver jobs.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from infra.stack import Stack
 from lakehouse.definitions import load_definitions
-from lakehouse.storage import storage_options
+from lakehouse.storage import spark_uri, storage_options
 from lakehouse.table_manager import apply_plan, plan_table, table_location
 from settings import Settings
 from spark_streaming.gold import run_gold
@@ -39,6 +40,7 @@ class Lake:
     settings: Settings
     root: str
     storage: dict[str, str]
+    spark: SparkSession
 
     def table(self, name: str) -> DeltaTable:
         return DeltaTable(table_location(self.root, name), storage_options=self.storage)
@@ -49,7 +51,9 @@ class Lake:
         audit = {"kafka_topic": "test", "kafka_partition": 0, "kafka_offset": 0,
                  "ingested_at": at(23, 0), "applied_at": at(23, 0)}
         full = [{f.name: row.get(f.name, audit.get(f.name)) for f in schema} for row in rows]
-        write_deltalake(table, pa.Table.from_pylist(full, schema=schema), mode="append")
+        (self.spark.createDataFrame(pa.Table.from_pylist(full, schema=schema)).coalesce(1)
+         .write.format("delta").mode("append")
+         .save(spark_uri(table_location(self.root, name))))
 
     def rows(self, name: str) -> list[dict[str, Any]]:
         return self.table(name).to_pyarrow_dataset().to_table().to_pylist()
@@ -86,7 +90,7 @@ def built(stack: Stack, settings: Settings, spark: SparkSession) -> Built:
              "silver_weather_hourly", *GOLD]
     for definition in load_definitions(tables=names):
         apply_plan(spark, plan_table(definition, root, storage), storage, lambda _m: None)
-    lake = Lake(scoped, root, storage)
+    lake = Lake(scoped, root, storage, spark)
     _fill(lake)
     written = lake.gold(spark)
     return Built(lake, written, {name: lake.keyed(name) for name in GOLD})

@@ -1,5 +1,5 @@
-"""Silver on the real S3 server and Spark: bronze rows (written with delta-rs, as the bronze
-job would) become typed, deduplicated, SCD2 and CDC-merged silver rows; bad records land in
+"""Silver on the real S3 server and Spark: bronze rows (appended through delta-spark, as the
+bronze job would) become typed, deduplicated, SCD2 and CDC-merged silver rows; bad records land in
 quarantine with their stage and rule names; a `fail` rule stops the query; replays and
 rebuilds from bronze leave silver as the incremental run built it.
 
@@ -9,6 +9,7 @@ Each test works under its own tables prefix and checkpoint folder.
 from __future__ import annotations
 
 import json
+import os
 import random
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -17,18 +18,20 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from infra.stack import Stack
 from lakehouse.definitions import load_definitions
-from lakehouse.storage import storage_options, table_uri
+from lakehouse.storage import spark_uri, storage_options, table_uri
 from settings import Settings
 from spark_streaming.silver import rebuild_silver, run_silver, run_table_checks
 from spark_streaming.silver.expectations import SuiteError, load_suite
 from spark_streaming.silver.job import ensure_tables
 from spark_streaming.silver.spec import PIPELINES_DIR, PipelineSpec, SpecError, load_specs
 from spark_streaming.silver.table_checks import data_docs_index
+from spark_streaming.table_lock import writing
+from tests.conftest import run_cli
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 EPOCH = int(NOW.timestamp())
@@ -55,6 +58,7 @@ class Bronze:
     """Appends records to a bronze table the way the bronze job does (one commit each)."""
 
     def __init__(self, spark: SparkSession, lake: Settings, silver: str, topic: str) -> None:
+        self.spark = spark
         self.name = _bronze(spark, lake, silver)
         self.uri = table_uri(lake, self.name)
         self.storage = storage_options(lake, self.uri)
@@ -80,7 +84,8 @@ class Bronze:
             "ingested_at": [at] * len(records),
         })
         data = pa.table([data.column(f.name).cast(f.type) for f in schema], schema=schema)
-        write_deltalake(self.uri, data, mode="append", storage_options=self.storage)
+        (self.spark.createDataFrame(data).coalesce(1).write.format("delta").mode("append")
+         .save(spark_uri(self.uri)))
         return offsets
 
 
@@ -180,6 +185,52 @@ def test_statuses_deduplicated_bad_rows_quarantined_and_rebuild_equal(
     stored = _rows(lake, "quality_results")
     assert sorted(r["rule"] for r in stored) == sorted(outcome)
     assert data_docs_index(lake).is_file()
+
+
+def test_crash_after_silver_commits_before_the_checkpoint_is_not_applied_twice(
+        spark: SparkSession, lake: Settings) -> None:
+    """Remove the newest entry of the silver query's commit log: the state a crash leaves
+    after the batch's Delta commits and before Spark records the batch. The replayed
+    batch must be recognised by its app transaction in every table it writes."""
+    bronze = Bronze(spark, lake, "silver_station_status", "bikes.station_status")
+    bronze.append([("s1", _status("s1")), ("s2", _status("s2", bikes=-1))])
+    run_silver(spark, lake, ["silver_station_status"], report=lambda _: None)
+    bronze.append([("s1", _status("s1", bikes=4, updated=EPOCH + 60)),
+                   ("s3", _status("s3", bikes=-5))])
+    run_silver(spark, lake, ["silver_station_status"], report=lambda _: None)
+    tables = ("silver_station_status", "quarantine_station_status", "quality_batch_metrics")
+    before = {name: (_version(lake, name), _rows(lake, name)) for name in tables}
+
+    commits = Path(lake.checkpoint_root, "silver_station_status", "commits")
+    last = max((p for p in commits.glob("[0-9]*")), key=lambda p: int(p.name))
+    last.unlink()
+    last.with_name(f".{last.name}.crc").unlink(missing_ok=True)
+    run_silver(spark, lake, ["silver_station_status"], report=lambda _: None)
+    assert (commits / last.name).exists(), "the batch was not replayed"
+    assert {name: (_version(lake, name), _rows(lake, name)) for name in tables} == before
+    assert sorted((r["station_id"], r["num_bikes_available"])
+                  for r in _rows(lake, "silver_station_status")) == [("s1", 4)]
+    assert sorted(r["raw_key"] for r in _rows(lake, "quarantine_station_status")) == [
+        b"s2", b"s3"]
+
+
+def test_rebuild_is_refused_while_another_process_writes_the_table(
+        settings: Settings, lake: Settings) -> None:
+    """This process holds silver_station_status's write lock (as a running silver query
+    does); `lakehouse silver --rebuild` in another process is refused before it starts
+    Spark or touches the checkpoint."""
+    checkpoint = Path(lake.checkpoint_root, "silver_station_status")
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "metadata").write_text("{}")
+    env = {"LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": lake.lakehouse.tables_prefix,
+           "LAKEHOUSE_LAKEHOUSE__CHECKPOINT_DIR": lake.lakehouse.checkpoint_dir}
+    with writing(settings, ["silver_station_status"], "lakehouse silver --continuous"):
+        refused = run_cli("silver", "--rebuild", "--table", "silver_station_status", env=env,
+                          timeout=60)
+    assert refused.returncode == 3, refused.stderr
+    assert (f"silver_station_status is being written by pid {os.getpid()} "
+            "(lakehouse silver --continuous)") in refused.stderr.replace("\n", " ")
+    assert (checkpoint / "metadata").exists()
 
 
 def _spec_with_suite(tmp_path: Path, rules: list[dict]) -> PipelineSpec:

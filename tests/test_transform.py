@@ -9,11 +9,12 @@ import uuid
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
 
 from analysis.dbt_project import DbtPaths
 from infra.stack import Stack
-from lakehouse.storage import storage_options, table_uri
+from lakehouse.storage import spark_uri, storage_options, table_uri
 from settings import Settings
 from tests.conftest import IngestedLakehouse, TransformedLakehouse, read_delta, run_cli
 
@@ -88,14 +89,20 @@ def test_transform_again_changes_nothing(transformed_lakehouse: TransformedLakeh
         incremental_version)
 
 
-def _planted(ingested: IngestedLakehouse, tables: dict[str, pa.Table]) -> Settings:
+def _append(spark: SparkSession, uri: str, data: pa.Table) -> None:
+    """One commit through delta-spark (the only writer of lakehouse tables)."""
+    spark.createDataFrame(data).write.format("delta").mode("append").save(spark_uri(uri))
+
+
+def _planted(spark: SparkSession, ingested: IngestedLakehouse,
+             tables: dict[str, pa.Table]) -> Settings:
     """Settings of a fresh tables prefix holding only `tables`."""
     prefix = f"test-planted/{uuid.uuid4().hex[:10]}"
     planted = ingested.settings.model_copy(update={"lakehouse": ingested.settings.lakehouse
                                                    .model_copy(update={"tables_prefix": prefix})})
     for name, data in tables.items():
         uri = table_uri(planted, name)
-        write_deltalake(uri, data, storage_options=storage_options(planted, uri))
+        _append(spark, uri, data)
     return planted
 
 
@@ -112,13 +119,13 @@ STATION_MODELS = ("silver_station_information", "stg_gbfs__station_information",
 
 
 def test_duplicate_key_in_a_marts_input_fails_the_build(
-    transformed_lakehouse: TransformedLakehouse,
+    transformed_lakehouse: TransformedLakehouse, spark: SparkSession
 ) -> None:
     """A station version written twice into dim_station's input: `dbt build` stops with
     the failing test named, and dim_station is not built from the bad input."""
     ingested = transformed_lakehouse.ingested
     stations = read_delta(ingested.settings, "silver_station_information")
-    planted = _planted(ingested, {"silver_station_information": pa.concat_tables(
+    planted = _planted(spark, ingested, {"silver_station_information": pa.concat_tables(
         [stations, stations.slice(0, 1)])})
 
     result = run_cli("transform", "--select", " ".join(STATION_MODELS), "--no-docs",
@@ -139,13 +146,13 @@ def test_duplicate_key_in_a_marts_input_fails_the_build(
 
 
 def test_incremental_mart_appends_only_new_rows(
-    transformed_lakehouse: TransformedLakehouse,
+    transformed_lakehouse: TransformedLakehouse, spark: SparkSession
 ) -> None:
     """fct_station_status_observations: a later run appends exactly the silver rows
     ingested since the last one, in one Delta commit."""
     ingested = transformed_lakehouse.ingested
     statuses = read_delta(ingested.settings, "silver_station_status")
-    planted = _planted(ingested, {
+    planted = _planted(spark, ingested, {
         "silver_station_information": read_delta(ingested.settings, "silver_station_information"),
         "silver_station_status": statuses})
     models = (*STATION_MODELS, "silver_station_status", "stg_gbfs__station_status",
@@ -167,7 +174,7 @@ def test_incremental_mart_appends_only_new_rows(
         later = later.set_column(index, later.schema.field(index),
                                  shifted.cast(later.schema.field(index).type))
     uri = table_uri(planted, "silver_station_status")
-    write_deltalake(uri, later, mode="append", storage_options=storage_options(planted, uri))
+    _append(spark, uri, later)
 
     second = run_cli("transform", "--select", "fct_station_status_observations", "--no-docs",
                      "--no-freshness", "--", "--indirect-selection", "cautious", env=env,

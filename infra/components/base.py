@@ -103,8 +103,7 @@ class Component(ABC):
         """Write config files, initialise data folders; runs before each start."""
 
     def after_healthy(self) -> None:
-        """Create what the server must hold (buckets, databases) once it answers; also run
-        by `up` on a server already running, so it must be idempotent."""
+        """Create what the server must hold (buckets, databases) once it answers."""
 
     # -- shared behaviour -----------------------------------------------------------
     def check_binaries(self) -> None:

@@ -164,15 +164,13 @@ class Postgres(Component):
         return True
 
     def after_healthy(self) -> None:
-        """Create the rentals database and the Hive metastore's database when missing."""
-        pg = self.settings.postgres
+        database = self.settings.postgres.database
         with postgres_connect(self.settings, dbname="postgres") as conn:
-            for database in (pg.database, pg.metastore_database):
-                exists = conn.execute(
-                    "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
-                ).fetchone()
-                if not exists:
-                    conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
+            ).fetchone()
+            if not exists:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
 
     def version(self) -> str:
         with postgres_connect(self.settings, dbname="postgres", timeout=2) as conn:

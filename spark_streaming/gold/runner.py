@@ -24,6 +24,7 @@ from spark_streaming.gold.progress import (
     source_progress,
 )
 from spark_streaming.gold.writer import replace_all, replace_keys
+from spark_streaming.table_lock import writing
 
 log = logging.getLogger("lakehouse.gold")
 Report = Callable[[str], None]
@@ -134,10 +135,12 @@ def behind(settings: Settings, table: str) -> bool:
 def run_gold(spark: SparkSession, settings: Settings, tables: Sequence[str] | None = None,
              rebuild: bool = False, report: Report = print) -> dict[str, int]:
     """Update the gold tables (default: all) incrementally, or rebuild them from silver;
-    rows written per table (0: already up to date)."""
+    rows written per table (0: already up to date). Refused (TableBusy) while another
+    process writes one of them."""
     chosen = preflight(settings, tables)
-    return {name: run_metric(spark, settings, METRICS[name], rebuild, report)
-            for name in chosen}
+    with writing(settings, chosen, "gold rebuild" if rebuild else "gold update"):
+        return {name: run_metric(spark, settings, METRICS[name], rebuild, report)
+                for name in chosen}
 
 
 __all__ = ["METRICS", "GoldError", "behind", "preflight", "run_gold", "run_metric"]

@@ -11,6 +11,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_streaming.conform import conformed
 from spark_streaming.gold.progress import commit_metadata
 
 GONE = "_gold_gone"
@@ -28,15 +29,11 @@ def _user_metadata(spark: SparkSession, text: str) -> Iterator[None]:
         spark.conf.unset(_USER_METADATA)
 
 
-def _conform(rows: DataFrame, table: DeltaTable) -> DataFrame:
-    return rows.select(*[F.col(f.name).cast(f.dataType).alias(f.name)
-                         for f in table.toDF().schema])
-
-
 def replace_all(spark: SparkSession, path: str, rows: DataFrame,
                 consumed: Mapping[str, int]) -> None:
     """Overwrite the whole table with `rows` (rebuild)."""
-    (_conform(rows, DeltaTable.forPath(spark, path)).write.format("delta").mode("overwrite")
+    schema = DeltaTable.forPath(spark, path).toDF().schema
+    (conformed(rows, schema).write.format("delta").mode("overwrite")
      .option("userMetadata", commit_metadata("rebuild", consumed)).save(path))
 
 
@@ -47,7 +44,7 @@ def replace_keys(spark: SparkSession, path: str, rows: DataFrame, keys: DataFram
     table = DeltaTable.forPath(spark, path)
     schema = table.toDF().schema
     key = list(unique_key)
-    rows = _conform(rows, table)
+    rows = conformed(rows, schema)
     gone = keys.select(*key).distinct().join(rows.select(*key), key, "left_anti")
     tombstones = gone.select(*[F.col(f.name) if f.name in key
                                else F.lit(None).cast(f.dataType).alias(f.name)

@@ -16,11 +16,11 @@ from contextlib import contextmanager
 
 from delta.tables import DeltaMergeBuilder, DeltaTable
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from lakehouse.storage import spark_uri, table_uri
 from settings import Settings
+from spark_streaming.conform import conformed
 
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -65,14 +65,9 @@ class DeltaTarget:
     def schema(self, spark: SparkSession) -> StructType:
         return self.open(spark).toDF().schema
 
-    def conform(self, data: DataFrame) -> DataFrame:
-        """Columns in the table's order and types."""
-        return data.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name)
-                             for f in self.schema(data.sparkSession)])
-
     def append(self, data: DataFrame, run_id: str, batch_id: int) -> None:
         """Append `data` once for (run, batch); Delta skips a batch it recorded before."""
-        (self.conform(data).write.format("delta").mode("append")
+        (conformed(data, self.schema(data.sparkSession)).write.format("delta").mode("append")
          .option("txnAppId", run_id).option("txnVersion", batch_id).save(self.path))
 
     def append_new_records(self, data: DataFrame, run_id: str, batch_id: int) -> int:
@@ -87,15 +82,8 @@ class DeltaTarget:
     def merge(self, data: DataFrame, predicate: str) -> DeltaMergeBuilder:
         """A MERGE of `data` (alias s) into the table (alias t) for the caller to finish."""
         return (self.open(data.sparkSession).alias("t")
-                .merge(self.conform_extra(data).alias("s"), predicate))
-
-    def conform_extra(self, data: DataFrame) -> DataFrame:
-        """`conform`, keeping columns the table does not have (merge conditions use them)."""
-        table = self.schema(data.sparkSession)
-        names = set(table.fieldNames())
-        return data.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name)
-                             for f in table],
-                           *[F.col(f"`{c}`") for c in data.columns if c not in names])
+                .merge(conformed(data, self.schema(data.sparkSession), keep_extra=True)
+                       .alias("s"), predicate))
 
     @staticmethod
     def execute(merge: DeltaMergeBuilder, spark: SparkSession, run_id: str,

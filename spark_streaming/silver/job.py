@@ -28,12 +28,13 @@ from lakehouse.definitions import TableDefinition, load_definitions
 from lakehouse.storage import storage_options
 from lakehouse.table_manager import apply_plan, plan_table
 from settings import ConfigError, Settings
-from spark_streaming.checkpoint_offsets import last_source_offset
+from spark_streaming.checkpoint_offsets import committed_source_offsets
 from spark_streaming.silver.batch import METRICS_TABLE, SilverPipeline
 from spark_streaming.silver.delta_writes import DeltaTarget
 from spark_streaming.silver.expectations import load_suite
 from spark_streaming.silver.routing import FailRuleBroken
 from spark_streaming.silver.spec import PipelineSpec, load_specs
+from spark_streaming.table_lock import writing
 
 Report = Callable[[str], None]
 
@@ -92,9 +93,8 @@ def start_query(spark: SparkSession, settings: Settings, pipeline: SilverPipelin
     return writer.start()
 
 
-def _prepare(spark: SparkSession, settings: Settings, tables: list[str] | None,
-             specs: list[PipelineSpec] | None, report: Report) -> list[SilverPipeline]:
-    chosen = specs if specs is not None else load_specs(tables=tables or ())
+def _prepare(spark: SparkSession, settings: Settings, chosen: list[PipelineSpec],
+             report: Report) -> list[SilverPipeline]:
     definitions = {d.name: d for d in load_definitions()}
     needed = {METRICS_TABLE}
     for spec in chosen:
@@ -105,13 +105,13 @@ def _prepare(spark: SparkSession, settings: Settings, tables: list[str] | None,
 
 
 def _caught_up(spark: SparkSession, settings: Settings, pipeline: SilverPipeline) -> bool:
-    """The query's last batch read the bronze table's latest version to its end (saves
-    starting a query only to find nothing new). Delta's source offset after a fully read
-    version v is (v + 1, index -1)."""
+    """The query's last finished batch read the bronze table's latest version to its end
+    (saves starting a query only to find nothing new). Delta's source offset after a fully
+    read version v is (v + 1, index -1)."""
     source = pipeline.table.source
     assert source is not None
-    offset = last_source_offset(str(_checkpoint(settings, pipeline.spec.table)),
-                                lambda value: "reservoirVersion" in value)
+    offsets = committed_source_offsets(str(_checkpoint(settings, pipeline.spec.table)))
+    offset = next((o for o in offsets or [] if "reservoirVersion" in o), None)
     if offset is None:
         return False
     bronze = DeltaTarget(settings, source.tables[0]).open(spark)
@@ -150,11 +150,20 @@ def run_silver(spark: SparkSession, settings: Settings, tables: list[str] | None
     processing-time trigger until `stop` is set. A query that fails (e.g. a `fail` rule)
     raises RuntimeError naming the table and the reason.
     """
-    pipelines = _prepare(spark, settings, tables, specs, report)
-    if not available_now:
-        _run_continuous(spark, settings, pipelines, report, stop or threading.Event(),
-                        interval, max_files_per_trigger)
-        return {p.spec.table: dict(p.totals) for p in pipelines}
+    chosen = specs if specs is not None else load_specs(tables=tables or ())
+    with writing(settings, [s.table for s in chosen], "silver queries"):
+        pipelines = _prepare(spark, settings, chosen, report)
+        if not available_now:
+            _run_continuous(spark, settings, pipelines, report, stop or threading.Event(),
+                            interval, max_files_per_trigger)
+        else:
+            _catch_up(spark, settings, pipelines, report, stop, max_files_per_trigger)
+    return {p.spec.table: dict(p.totals) for p in pipelines}
+
+
+def _catch_up(spark: SparkSession, settings: Settings, pipelines: list[SilverPipeline],
+              report: Report, stop: threading.Event | None,
+              max_files_per_trigger: int | None) -> None:
     round_number = 0
     pending = list(pipelines)
     while pending and (stop is None or not stop.is_set()):
@@ -177,7 +186,6 @@ def run_silver(spark: SparkSession, settings: Settings, tables: list[str] | None
                 pending.remove(pipeline)
         if read_this_round == 0:
             break
-    return {p.spec.table: dict(p.totals) for p in pipelines}
 
 
 def _run_continuous(spark: SparkSession, settings: Settings, pipelines: list[SilverPipeline],
@@ -209,11 +217,17 @@ def rebuild_silver(spark: SparkSession, settings: Settings, table: str,
     """Replay `table` from bronze: new checkpoint and run id, table emptied, caught up.
 
     Quarantine is append-only and keeps its rows; records already there are not added
-    again. Stop the table's running query first.
+    again. Refused (TableBusy) while another process runs the table's query.
     """
     chosen = [s for s in (specs or load_specs(tables=[table])) if s.table == table]
     if not chosen:
         raise ConfigError(f"--table: no silver pipeline for {table!r}")
+    with writing(settings, [table], f"silver rebuild of {table}"):
+        return _rebuild(spark, settings, table, chosen, report)
+
+
+def _rebuild(spark: SparkSession, settings: Settings, table: str, chosen: list[PipelineSpec],
+             report: Report) -> dict[str, dict[str, int]]:
     checkpoint = _checkpoint(settings, table)
     shutil.rmtree(checkpoint, ignore_errors=True)
     checkpoint.with_suffix(".run_id").unlink(missing_ok=True)
