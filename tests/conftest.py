@@ -90,8 +90,9 @@ def stack(settings: Settings) -> Iterator[Stack]:
 
 
 @pytest.fixture(scope="session")
-def spark(settings: Settings) -> Iterator[SparkSession]:
-    """The project's SparkSession (test profile), shared by the whole test session."""
+def spark(stack: Stack, settings: Settings) -> Iterator[SparkSession]:
+    """The project's SparkSession (test profile), shared by the whole test session; the
+    stack first (the table catalog lives in its PostgreSQL)."""
     session = build_spark_session(settings, app_name="lakehouse-tests")
     yield session
     session.stop()
