@@ -38,6 +38,16 @@ def catalog_sql(name: str) -> str:
     return ".".join(f"`{part}`" for part in name.split("."))
 
 
+def catalog_unreachable(settings: Settings, exc: psycopg.Error) -> ConfigError:
+    """The one error for a metastore database that cannot be reached or created."""
+    pg = settings.postgres
+    return ConfigError(
+        f"the table catalog (Hive metastore, database {pg.metastore_database!r} on "
+        f"PostgreSQL {pg.host}:{pg.port}) is not usable: {str(exc).strip().splitlines()[0]}"
+        f"; is PostgreSQL up (`lakehouse up`), and may user {pg.user!r} create that "
+        "database or use it?")
+
+
 def registered_tables(settings: Settings) -> dict[str, str]:
     """Catalog name -> location of every table in the metastore (empty before the first
     Spark session created the metastore's schema)."""
@@ -55,7 +65,4 @@ def registered_tables(settings: Settings) -> dict[str, str]:
             return {f"{db}.{table}": location
                     for db, table, location in conn.execute(_REGISTERED).fetchall()}
     except psycopg.Error as exc:
-        raise ConfigError(
-            f"the table catalog (database {pg.metastore_database!r} on PostgreSQL "
-            f"{pg.host}:{pg.port}) is not reachable: {str(exc).strip().splitlines()[0]}; "
-            "is the stack up (`lakehouse up`)?") from None
+        raise catalog_unreachable(settings, exc) from None

@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 
 from infra.clients import postgres_connect
 from infra.layout import StateLayout
+from lakehouse.catalog import catalog_unreachable
 from lakehouse.storage import spark_uri
 from settings import ConfigError, Settings
 from spark_streaming.spark_home import use_compiled_pyspark
@@ -185,14 +186,6 @@ def _quiet(session: SparkSession) -> None:
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, error)
 
 
-def _catalog_unreachable(settings: Settings, exc: psycopg.Error) -> ConfigError:
-    return ConfigError(
-        f"the table catalog (Hive metastore, database {settings.postgres.metastore_database!r}"
-        f" at {_metastore_url(settings)}) is not usable: "
-        f"{str(exc).strip().splitlines()[0]}; is PostgreSQL up (`lakehouse up`), and may "
-        f"user {settings.postgres.user!r} create that database or use it?")
-
-
 def _metastore_has_schema(settings: Settings) -> bool:
     """Whether the metastore's database holds its schema; creates the database when
     missing (the embedded server's user may; on another server, create it once)."""
@@ -207,7 +200,7 @@ def _metastore_has_schema(settings: Settings) -> bool:
         with postgres_connect(settings, dbname=database) as conn:
             row = conn.execute("SELECT to_regclass('\"VERSION\"') IS NOT NULL").fetchone()
     except psycopg.Error as exc:
-        raise _catalog_unreachable(settings, exc) from None
+        raise catalog_unreachable(settings, exc) from None
     return bool(row and row[0])
 
 
@@ -223,7 +216,7 @@ def _create_metastore_schema(session: SparkSession, settings: Settings) -> None:
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (_METASTORE_SCHEMA_LOCK,))
     except psycopg.Error as exc:
-        raise _catalog_unreachable(settings, exc) from None
+        raise catalog_unreachable(settings, exc) from None
 
 
 def activate_in_thread(session: SparkSession) -> None:
