@@ -37,14 +37,20 @@ def s3_client(settings: Settings, access_key: str | None = None, secret_key: str
     )
 
 
+# librdkafka's own log lines (a transient "coordinator load in progress", events purged
+# at close) would otherwise go straight to stderr; its errors reach callers anyway
+_CLIENT_LOG = logging.getLogger("lakehouse.kafka_client")
+_CLIENT_LOG.setLevel(logging.ERROR)
+
+
 def kafka_config(settings: Settings) -> dict[str, Any]:
-    return {"bootstrap.servers": settings.kafka.bootstrap_servers}
+    return {"bootstrap.servers": settings.kafka.bootstrap_servers, "logger": _CLIENT_LOG}
 
 
 def kafka_admin(settings: Settings, quiet: bool = False) -> AdminClient:
     config = kafka_config(settings)
     if quiet:
-        return AdminClient(config, logger=_QUIET)
+        config["logger"] = _QUIET
     return AdminClient(config)
 
 

@@ -164,21 +164,26 @@ def run_silver(spark: SparkSession, settings: Settings, tables: list[str] | None
 def _catch_up(spark: SparkSession, settings: Settings, pipelines: list[SilverPipeline],
               report: Report, stop: threading.Event | None,
               max_files_per_trigger: int | None) -> None:
+    """Rounds of availableNow queries, every pending table's query running at once (their
+    start-up and commits overlap), until each table has read its bronze to the end."""
     round_number = 0
     pending = list(pipelines)
     while pending and (stop is None or not stop.is_set()):
         round_number += 1
-        read_this_round = 0
-        for pipeline in list(pending):
-            before = pipeline.totals.get("read", 0)
-            query = start_query(spark, settings, pipeline, available_now=True,
-                                max_files_per_trigger=max_files_per_trigger)
+        before = {id(p): p.totals.get("read", 0) for p in pending}
+        running = [(p, start_query(spark, settings, p, available_now=True,
+                                   max_files_per_trigger=max_files_per_trigger))
+                   for p in pending]
+        for _pipeline, query in running:
             while not _terminated(query):
                 if stop is not None and stop.is_set():
                     query.stop()
-            if query.exception() is not None:
-                raise _failed(query, pipeline.spec.table)
-            rows = pipeline.totals.get("read", 0) - before
+        failed = next(((p, q) for p, q in running if q.exception() is not None), None)
+        if failed is not None:
+            raise _failed(failed[1], failed[0].spec.table)
+        read_this_round = 0
+        for pipeline, _query in running:
+            rows = pipeline.totals.get("read", 0) - before[id(pipeline)]
             read_this_round += rows
             report(f"silver round {round_number}: {pipeline.spec.table}: {rows} bronze rows, "
                    f"totals {pipeline.totals}")
