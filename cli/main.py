@@ -20,6 +20,7 @@ from cli.rentals_commands import rentals
 from cli.scrape_commands import scrape, simulator
 from cli.silver_commands import silver
 from cli.tables_commands import maintain, tables
+from cli.topics_commands import topics
 from infra.components.base import StackError
 from infra.components.postgres import Postgres
 from infra.install import SetupError, run_setup
@@ -257,6 +258,7 @@ cli.add_command(rentals)
 cli.add_command(scrape)
 cli.add_command(simulator)
 cli.add_command(tables)
+cli.add_command(topics)
 cli.add_command(maintain)
 cli.add_command(silver)
 cli.add_command(gold)

@@ -24,6 +24,8 @@ class KafkaSettings(_Section):
     bootstrap_servers: str
     topic_prefix: str = ""
     dlq_topic_suffix: str = ".dlq"
+    replication_factor: int = Field(default=1, ge=1)
+    min_insync_replicas: int = Field(default=1, ge=1)
 
     @field_validator("bootstrap_servers")
     @classmethod

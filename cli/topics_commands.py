@@ -1,0 +1,148 @@
+"""`lakehouse topics validate | diff | apply`: Kafka topics as code (`connectors/topics/`).
+
+Exit codes: 0 success (diff: no drift); 1 diff found drift that apply would converge, or
+an apply step failed; 2 invalid topic files or configuration, or a produced topic no file
+declares; 3 a change Kafka cannot make is pending (diff) or was refused (apply; the other
+topics are still applied).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+from confluent_kafka import KafkaException
+from rich.console import Console
+from rich.markup import escape
+
+from cli.context import settings_of
+from connectors.topic_definitions import TOPICS_DIR, TopicSpec, load_topic_files, topic_specs
+from settings import Settings
+
+EXIT_DRIFT, EXIT_INVALID, EXIT_REFUSED = 1, 2, 3
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+topics_option = click.option(
+    "--topics-dir", type=click.Path(path_type=Path, file_okay=False), default=TOPICS_DIR,
+    show_default=True, help="Folder of <topic>.yaml files.")
+
+
+def _say(message: str) -> None:
+    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(message)}")
+
+
+def _problems(settings: Settings, folder: Path, specs: list[TopicSpec]) -> list[str]:
+    """Produced topics no file declares, and consumers that are not table definitions."""
+    from connectors.topic_manager import produced_topics
+    from lakehouse.definitions import load_definitions
+
+    declared = {s.name for s in specs}
+    problems = [f"{topic} (written by {writer}) is declared by no file in {folder}: add "
+                f"one, with its consumer or not_stored_because"
+                for topic, writer in sorted(produced_topics(settings).items())
+                if topic not in declared]
+    tables = {d.name for d in load_definitions()}
+    for path, topic in load_topic_files(folder):
+        consumers = [topic.consumer, topic.dead_letter.consumer if topic.dead_letter else None]
+        problems += [f"{path}: consumer: {c!r} is not a table definition"
+                     for c in consumers if c is not None and c not in tables]
+    return problems
+
+
+def _checked_specs(ctx: click.Context, folder: Path) -> list[TopicSpec]:
+    settings = settings_of(ctx)
+    specs = topic_specs(settings, folder)
+    problems = _problems(settings, folder, specs)
+    if problems:
+        for problem in problems:
+            console.print(f"[red]error:[/red] {escape(problem)}")
+        sys.exit(EXIT_INVALID)
+    return specs
+
+
+@click.group()
+def topics() -> None:
+    """Kafka topics as code: validate the files, show drift, converge the broker.
+
+    Exit codes: 0 ok / in sync; 1 drift found (diff) or a step failed; 2 invalid files,
+    configuration or an undeclared produced topic; 3 a change Kafka cannot make is
+    pending (diff) or was refused (apply).
+    """
+
+
+@topics.command()
+@topics_option
+@click.pass_context
+def validate(ctx: click.Context, topics_dir: Path) -> None:
+    """Check the files and that every topic a scraper or connector writes is declared."""
+    specs = _checked_specs(ctx, topics_dir)
+    _say(f"{len(specs)} topics declared in {topics_dir}, every produced topic among them")
+
+
+def _plan(ctx: click.Context, specs: list[TopicSpec]) -> list:
+    from connectors.topic_manager import plan
+    from infra.clients import kafka_admin
+
+    settings = settings_of(ctx)
+    try:
+        return plan(kafka_admin(settings), specs)
+    except KafkaException as exc:
+        console.print(f"[red]error:[/red] cannot read the topics of "
+                      f"{settings.kafka.bootstrap_servers}: {escape(str(exc))} "
+                      "(is the broker up? `lakehouse up`)")
+        sys.exit(1)
+
+
+@topics.command()
+@topics_option
+@click.pass_context
+def diff(ctx: click.Context, topics_dir: Path) -> None:
+    """Show what apply would change (read only): `+` it would, `!` Kafka cannot."""
+    from connectors.topic_manager import REFUSED
+
+    specs = _checked_specs(ctx, topics_dir)
+    changes = _plan(ctx, specs)
+    for change in changes:
+        marker = "!" if change.kind == REFUSED else "+"
+        click.echo(f"{marker} {change.spec.name}: {change.kind}: {change.detail}")
+    drifted = {c.spec.name for c in changes}
+    _say(f"{len(specs) - len(drifted)} in sync, {len(drifted)} drifted")
+    if any(c.kind == REFUSED for c in changes):
+        sys.exit(EXIT_REFUSED)
+    if changes:
+        sys.exit(EXIT_DRIFT)
+
+
+@topics.command()
+@topics_option
+@click.pass_context
+def apply(ctx: click.Context, topics_dir: Path) -> None:
+    """Create missing topics, add partitions, set configs; a second run changes nothing."""
+    from connectors.topic_manager import REFUSED, apply_change
+    from infra.clients import kafka_admin
+
+    specs = _checked_specs(ctx, topics_dir)
+    changes = _plan(ctx, specs)
+    admin = kafka_admin(settings_of(ctx))
+    failed = refused = 0
+    for change in changes:
+        if change.kind == REFUSED:
+            console.print(f"! {escape(change.spec.name)}: REFUSED: {escape(change.detail)}")
+            refused += 1
+            continue
+        try:
+            apply_change(admin, change)
+            _say(f"{change.spec.name}: {change.kind}: {change.detail}")
+        except KafkaException as exc:
+            console.print(f"[red]error:[/red] {escape(change.spec.name)}: {change.kind} "
+                          f"failed: {escape(str(exc))}")
+            failed += 1
+    done = len(changes) - failed - refused
+    _say(f"{done} change(s) applied, {refused} refused, {failed} failed"
+         if changes else f"{len(specs)} topics in sync, nothing to do")
+    if failed:
+        sys.exit(1)
+    if refused:
+        sys.exit(EXIT_REFUSED)

@@ -1,0 +1,124 @@
+"""Converge the broker's topics to the topic files: plan the changes, then apply them.
+
+Kafka can create a topic, add partitions and change configs; it cannot remove partitions
+and changes replication only through a reassignment. Those are refused with the reason,
+and the other topics are still applied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
+
+from connectors.connect_config import CONNECTORS_DIR, load_connector_dir
+from connectors.scrapers.source_config import load_sources
+from connectors.topic_definitions import TopicSpec
+from settings import Settings
+
+CREATE, PARTITIONS, CONFIGS, REFUSED = "create", "partitions", "configs", "refused"
+_TIMEOUT = 20
+
+
+@dataclass(frozen=True)
+class TopicChange:
+    spec: TopicSpec
+    kind: str  # CREATE, PARTITIONS, CONFIGS or REFUSED
+    detail: str
+    configs: dict[str, str] | None = None  # CONFIGS: the values to set
+
+
+def _live_configs(admin: AdminClient, names: list[str]) -> dict[str, dict[str, str]]:
+    if not names:
+        return {}
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
+    answers = admin.describe_configs(resources, request_timeout=_TIMEOUT)
+    return {resource.name: {k: e.value for k, e in future.result(_TIMEOUT).items()}
+            for resource, future in answers.items()}
+
+
+def plan(admin: AdminClient, specs: list[TopicSpec]) -> list[TopicChange]:
+    """What `apply` would do, topic by topic (nothing for a topic already as declared)."""
+    live = admin.list_topics(timeout=_TIMEOUT).topics
+    configs = _live_configs(admin, [s.name for s in specs if s.name in live])
+    changes: list[TopicChange] = []
+    for spec in specs:
+        if spec.name not in live:
+            changes.append(TopicChange(spec, CREATE, f"{spec.partitions} partition(s), "
+                                       f"replication factor {spec.replication_factor}"))
+            continue
+        partitions = live[spec.name].partitions
+        replicas = len(next(iter(partitions.values())).replicas) if partitions else 0
+        if spec.partitions < len(partitions):
+            changes.append(TopicChange(spec, REFUSED, (
+                f"the topic has {len(partitions)} partitions and {spec.file.name} asks for "
+                f"{spec.partitions}: Kafka cannot remove partitions (re-create the topic "
+                "under another name and re-point its producer and bronze table)")))
+        elif spec.partitions > len(partitions):
+            changes.append(TopicChange(spec, PARTITIONS, (
+                f"{len(partitions)} -> {spec.partitions} partitions (records of a key "
+                "written after this go to a different partition than before)")))
+        if replicas and replicas != spec.replication_factor:
+            changes.append(TopicChange(spec, REFUSED, (
+                f"replication factor is {replicas} and {spec.file.name} asks for "
+                f"{spec.replication_factor}: that needs a partition reassignment "
+                "(kafka-reassign-partitions), which `topics apply` does not do")))
+        current = configs.get(spec.name, {})
+        differing = {k: v for k, v in spec.configs.items() if current.get(k) != v}
+        if differing:
+            shown = ", ".join(f"{k}: {current.get(k)} -> {v}" for k, v in differing.items())
+            changes.append(TopicChange(spec, CONFIGS, shown, differing))
+    return changes
+
+
+def apply_change(admin: AdminClient, change: TopicChange) -> None:
+    """Carry out one planned change; raises KafkaException when the broker refuses it."""
+    spec = change.spec
+    if change.kind == CREATE:
+        futures = admin.create_topics(
+            [NewTopic(spec.name, spec.partitions, spec.replication_factor,
+                      config=dict(spec.configs))], request_timeout=_TIMEOUT)
+    elif change.kind == PARTITIONS:
+        futures = admin.create_partitions([NewPartitions(spec.name, spec.partitions)],
+                                          request_timeout=_TIMEOUT)
+    elif change.kind == CONFIGS:
+        entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+                   for k, v in (change.configs or {}).items()]
+        resource = ConfigResource(ConfigResource.Type.TOPIC, spec.name,
+                                  incremental_configs=entries)
+        futures = admin.incremental_alter_configs([resource], request_timeout=_TIMEOUT)
+    else:
+        raise ValueError(f"{spec.name}: a {change.kind} change is not applied")
+    for future in futures.values():
+        future.result(_TIMEOUT)
+
+
+def produced_topics(settings: Settings) -> dict[str, str]:
+    """Every topic the repository's scrapers and connectors write -> who writes it."""
+    produced: dict[str, str] = {}
+    suffix = settings.kafka.dlq_topic_suffix
+    for source in load_sources(settings):
+        for feed, target in source.targets.items():
+            where = f"{source.path.name} (feed {feed})"
+            produced[target.topic] = where
+            produced[target.topic + suffix] = f"{where}, dead letters"
+    for connector in load_connector_dir(CONNECTORS_DIR, settings):
+        config = connector.config
+        if "topic" in config:
+            produced[config["topic"]] = connector.path.name
+        if "topic.prefix" in config and config.get("table.include.list"):
+            for table in config["table.include.list"].split(","):
+                produced[f"{config['topic.prefix']}.{table.strip()}"] = connector.path.name
+    return produced
+
+
+__all__ = ["CONFIGS", "CREATE", "PARTITIONS", "REFUSED", "KafkaException", "TopicChange",
+           "apply_change", "plan", "produced_topics"]

@@ -1,0 +1,92 @@
+"""Topics as code: `lakehouse topics validate | diff | apply` against the real broker."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import ConfigResource
+
+from connectors.topic_definitions import TOPICS_DIR
+from infra.clients import kafka_admin
+from infra.stack import Stack
+from settings import Settings
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.stack
+
+
+def _topic_file(name: str, partitions: int, retention_ms: int) -> str:
+    return (f"name: {name}\ndescription: a topic of the topics-as-code test\n"
+            f"partitions: {partitions}\nconfigs:\n  retention.ms: \"{retention_ms}\"\n"
+            "key: none\nproducer: tests/test_topics.py\n"
+            "not_stored_because: test topic\n")
+
+
+@pytest.fixture()
+def topics_dir(tmp_path: Path) -> Path:
+    """The repository's topic files plus one of the test's own (a fresh topic name)."""
+    folder = tmp_path / "topics"
+    shutil.copytree(TOPICS_DIR, folder)
+    return folder
+
+
+def _live(settings: Settings, topic: str) -> tuple[int, str]:
+    admin = kafka_admin(settings)
+    partitions = len(admin.list_topics(topic, timeout=20).topics[topic].partitions)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = admin.describe_configs([resource])[resource].result(20)
+    return partitions, configs["retention.ms"].value
+
+
+def test_repository_topic_files_declare_every_produced_topic() -> None:
+    result = run_cli("topics", "validate")
+    assert result.returncode == 0, result.stderr
+    assert "every produced topic among them" in result.stderr
+
+
+def test_an_undeclared_produced_topic_fails_validate(topics_dir: Path) -> None:
+    (topics_dir / "trips_csv.yaml").unlink()
+    result = run_cli("topics", "validate", "--topics-dir", str(topics_dir))
+    assert result.returncode == 2, result.stderr
+    assert "trips_csv (written by trips-file-source.json) is declared by no file" in result.stderr
+
+
+def test_apply_creates_converges_and_refuses_what_kafka_cannot_do(
+    stack: Stack, settings: Settings, topics_dir: Path
+) -> None:
+    name = f"topics_test_{uuid.uuid4().hex[:8]}"
+    topic = settings.kafka.topic_prefix + name
+    test_file = topics_dir / f"{name}.yaml"
+    test_file.write_text(_topic_file(name, 1, 3_600_000))
+    folder = ("--topics-dir", str(topics_dir))
+
+    first = run_cli("topics", "apply", *folder)
+    assert first.returncode == 0, first.stderr
+    assert f"{topic}: create: 1 partition(s), replication factor 1" in first.stderr
+    assert _live(settings, topic) == (1, "3600000")
+
+    again = run_cli("topics", "apply", *folder)
+    assert again.returncode == 0, again.stderr
+    assert "nothing to do" in again.stderr
+    assert run_cli("topics", "diff", *folder).returncode == 0
+
+    test_file.write_text(_topic_file(name, 2, 7_200_000))
+    drift = run_cli("topics", "diff", *folder)
+    assert drift.returncode == 1, drift.stderr
+    assert f"+ {topic}: partitions: 1 -> 2 partitions" in drift.stdout
+    assert f"+ {topic}: configs: retention.ms: 3600000 -> 7200000" in drift.stdout
+    converged = run_cli("topics", "apply", *folder)
+    assert converged.returncode == 0, converged.stderr
+    assert _live(settings, topic) == (2, "7200000")
+
+    test_file.write_text(_topic_file(name, 1, 7_200_000))
+    refused_diff = run_cli("topics", "diff", *folder)
+    assert refused_diff.returncode == 3, refused_diff.stderr
+    assert "Kafka cannot remove partitions" in refused_diff.stdout
+    refused = run_cli("topics", "apply", *folder)
+    assert refused.returncode == 3, refused.stderr
+    assert f"! {topic}: REFUSED" in refused.stderr
+    assert _live(settings, topic) == (2, "7200000")
