@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from analysis.topic_owners import TopicOwner, topic_owners
+from connectors.topic_producers import TopicProducer, topic_producers
 from lakehouse.definitions import DEFINITIONS_DIR, TableDefinition, load_definitions
 from settings import Settings
 
@@ -40,15 +40,22 @@ def _definition_file(definition: TableDefinition) -> str:
     return f"lakehouse/tables/{definition.layer}/{definition.name}.yaml"
 
 
-def _topic_source(definition: TableDefinition, owner: TopicOwner | None) -> dict[str, Any]:
-    topic = definition.source.topic if definition.source else None
-    assert topic is not None
-    producer = f"{owner.kind} `{owner.name}` ({owner.file})" if owner else "an external producer"
+def _topic_source(settings: Settings, definition: TableDefinition,
+                  producers: dict[str, TopicProducer]) -> dict[str, Any]:
+    """A dbt source table per bronze topic, named as the topic file names it (stable when
+    the profile's topic prefix changes); `meta.kafka_topic` is the name on the broker."""
+    declared = definition.source.topic if definition.source else None
+    assert declared is not None
+    topic = settings.kafka.topic(declared)
+    owner = producers.get(topic)
     meta: dict[str, Any] = {"kafka_topic": topic, "landed_in": definition.name}
     if owner:
-        meta.update(owner.as_meta())
+        meta.update(owner.as_meta(settings.project_dir))
+        producer = f"{owner.kind} `{owner.name}` ({meta['producer_file']})"
+    else:
+        producer = "an external producer"
     return {
-        "name": kafka_table_name(topic),
+        "name": kafka_table_name(declared),
         # read through its raw landing table: the records as the topic held them
         "identifier": definition.name,
         "description": f"Kafka topic `{topic}`, written by {producer}, as landed raw in "
@@ -65,14 +72,14 @@ def _columns(definition: TableDefinition) -> list[dict[str, str]]:
             for c in definition.columns]
 
 
-def _model_entry(definition: TableDefinition) -> dict[str, Any]:
+def _model_entry(settings: Settings, definition: TableDefinition) -> dict[str, Any]:
     meta: dict[str, Any] = {"layer": definition.layer,
                             "definition": _definition_file(definition),
                             "written_by": "lakehouse ingest (Spark Structured Streaming)"}
     if definition.unique_key:
         meta["unique_key"] = definition.unique_key
     if definition.source and definition.source.topic:
-        meta["kafka_topic"] = definition.source.topic
+        meta["kafka_topic"] = settings.kafka.topic(definition.source.topic)
     entry: dict[str, Any] = {
         "name": definition.name,
         "description": definition.description
@@ -111,10 +118,10 @@ def lakehouse_project_files(settings: Settings,
                             definitions_dir: Path = DEFINITIONS_DIR) -> dict[Path, str]:
     """Relative path (inside the dbt project) -> content of every generated file."""
     definitions = load_definitions(definitions_dir)
-    owners = topic_owners(settings)
+    producers = topic_producers(settings)
     known = {d.name for d in definitions}
     files: dict[Path, str] = {}
-    topics = [_topic_source(d, owners.get(d.source.topic))
+    topics = [_topic_source(settings, d, producers)
               for d in definitions if d.layer == "bronze" and d.source and d.source.topic]
     sources = {"version": 2, "sources": [{
         "name": KAFKA_SOURCE,
@@ -124,7 +131,7 @@ def lakehouse_project_files(settings: Settings,
     }]}
     files[GENERATED_DIR / "_kafka__sources.yml"] = _HEADER + yaml.safe_dump(
         sources, sort_keys=False, width=100)
-    models = {"version": 2, "models": [_model_entry(d) for d in definitions]}
+    models = {"version": 2, "models": [_model_entry(settings, d) for d in definitions]}
     files[GENERATED_DIR / "_lakehouse__models.yml"] = _HEADER + yaml.safe_dump(
         models, sort_keys=False, width=100)
     for definition in definitions:

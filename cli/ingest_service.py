@@ -23,7 +23,6 @@ from connectors.scrapers.scheduler import Scraper
 from connectors.scrapers.source_config import load_sources
 from connectors.simulator.server import FeedSimulator
 from infra.ports import port_is_free
-from lakehouse.definitions import load_definitions
 from settings import Settings
 
 Report = Callable[[str], None]
@@ -59,13 +58,17 @@ def run_step(settings: Settings, report: Report, *args: str, timeout: float = 60
                           f"{result.returncode} (its output is above)")
 
 
-def bronze_topics(settings: Settings) -> list[str]:
-    """Topics with a bronze table definition that exist on the broker."""
+def bronze_topics(settings: Settings, report: Report) -> list[str]:
+    """Topics with a bronze table definition that exist on the broker; a missing one is
+    reported (its table stays empty until the topic exists), never skipped silently."""
     from infra.clients import kafka_admin
+    from spark_streaming.bronze import declared_bronze_topics
 
-    wanted = [d.source.topic for d in load_definitions()
-              if d.layer == "bronze" and d.source is not None and d.source.topic]
+    wanted = declared_bronze_topics(settings)
     existing = kafka_admin(settings).list_topics(timeout=15).topics
+    for topic in sorted(set(wanted) - set(existing)):
+        report(f"bronze: topic {topic} (table {wanted[topic]}) does not exist on "
+               f"{settings.kafka.bootstrap_servers}: `lakehouse topics apply` creates it")
     return sorted(t for t in wanted if t in existing)
 
 
@@ -74,6 +77,7 @@ def prepare(settings: Settings, options: IngestOptions, report: Report) -> None:
     embedded = settings.embedded.enabled
     if embedded:
         run_step(settings, report, "up")
+    run_step(settings, report, "topics", "apply")
     run_step(settings, report, "tables", "apply")
     if embedded and "rentals" not in options.skip:
         run_step(settings, report, "rentals", "seed")
@@ -161,7 +165,7 @@ def catch_up(spark: SparkSession, settings: Settings, options: IngestOptions,
     scrape_once(settings, report)
     if settings.embedded.enabled and "rentals" not in options.skip:
         make_rentals_changes(settings, options, report)
-    topics = bronze_topics(settings)
+    topics = bronze_topics(settings, report)
     # every topic's query at once: their start-up, broker lookups and commits overlap
     results: dict[str, dict[str, object]] = {
         "bronze": dict(run_available_now(spark, settings, topics, report))}
@@ -208,7 +212,7 @@ def run_forever(spark: SparkSession, settings: Settings, options: IngestOptions,
     scraper_topics_ready = time.monotonic() + 5
     while time.monotonic() < scraper_topics_ready and not stop.is_set():
         stop.wait(1)
-    topics = bronze_topics(settings)
+    topics = bronze_topics(settings, report)
     report(f"bronze: {', '.join(topics)}")
     guarded("bronze", lambda: run_continuous(spark, settings, topics, report, stop,
                                              options.trigger_interval))

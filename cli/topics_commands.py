@@ -35,19 +35,33 @@ def _say(message: str) -> None:
 
 def _problems(settings: Settings, folder: Path, specs: list[TopicSpec]) -> list[str]:
     """Produced topics no file declares, and consumers that are not table definitions."""
-    from connectors.topic_manager import produced_topics
+    from connectors.topic_producers import topic_producers
     from lakehouse.definitions import load_definitions
 
     declared = {s.name for s in specs}
-    problems = [f"{topic} (written by {writer}) is declared by no file in {folder}: add "
-                f"one, with its consumer or not_stored_because"
-                for topic, writer in sorted(produced_topics(settings).items())
+    problems = [f"{topic} (written by {producer.describe()}) is declared by no file in "
+                f"{folder}: add one, with its consumer or not_stored_because"
+                for topic, producer in sorted(topic_producers(settings).items())
                 if topic not in declared]
-    tables = {d.name for d in load_definitions()}
+    reads = {d.name: d.source.topic if d.source else None for d in load_definitions()}
+    stored = {}
     for path, topic in load_topic_files(folder):
-        consumers = [topic.consumer, topic.dead_letter.consumer if topic.dead_letter else None]
-        problems += [f"{path}: consumer: {c!r} is not a table definition"
-                     for c in consumers if c is not None and c not in tables]
+        pairs = [(topic.name, topic.consumer)]
+        if topic.dead_letter is not None:
+            pairs.append((topic.name + settings.kafka.dlq_topic_suffix,
+                          topic.dead_letter.consumer))
+        for name, consumer in pairs:
+            if consumer is None:
+                continue
+            stored[name] = consumer
+            if consumer not in reads:
+                problems.append(f"{path}: consumer: {consumer!r} is not a table definition")
+            elif reads[consumer] != name:
+                problems.append(f"{path}: consumer: {consumer} reads topic "
+                                f"{reads[consumer]!r} (its source.topic), not {name!r}")
+    problems += [f"table {table} reads topic {name!r}, which no file in {folder} declares "
+                 "with that consumer" for table, name in sorted(reads.items())
+                 if table.startswith("bronze_") and name and stored.get(name) != table]
     return problems
 
 

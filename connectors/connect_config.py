@@ -29,6 +29,10 @@ CONNECTORS_DIR = Path(__file__).resolve().with_name("kafka_connect")
 PROJECT_PROVIDER = "lakehouse"
 _PLACEHOLDER = re.compile(r"\$\{" + PROJECT_PROVIDER + r":([^}]*)\}")
 _PROVIDER_REFERENCE = re.compile(r"^\$\{[A-Za-z0-9_.-]+:[^}]+\}$")
+# Every connector file states how its producers write (the durability trade-off is a
+# decision, not a default picked up by accident).
+DURABILITY_FIELDS = ("producer.override.acks", "producer.override.enable.idempotence",
+                     "producer.override.compression.type")
 # Fields whose value must be a config-provider reference, never a literal.
 _SECRET_FIELD = re.compile(r"(password|secret|credential|token|api\.key|sasl\.jaas)", re.I)
 
@@ -85,6 +89,18 @@ def _as_string(value: object) -> str | None:
     return None
 
 
+def _durability_problems(path: Path, config: dict[str, str]) -> list[str]:
+    missing = [f"{path}: config.{field}: missing; every connector states its producers' "
+               "acks, enable.idempotence and compression.type (e.g. all, true, zstd)"
+               for field in DURABILITY_FIELDS if field not in config]
+    acks = config.get("producer.override.acks", "all")
+    idempotent = config.get("producer.override.enable.idempotence", "true").lower()
+    if not missing and idempotent == "true" and acks not in ("all", "-1"):
+        missing.append(f"{path}: config.producer.override.acks: {acks!r} with "
+                       "enable.idempotence true; an idempotent producer needs acks all")
+    return missing
+
+
 def _check_and_resolve(path: Path, document: object, settings: Settings,
                        problems: list[str]) -> ConnectorFile | None:
     if not isinstance(document, dict):
@@ -125,6 +141,7 @@ def _check_and_resolve(path: Path, document: object, settings: Settings,
                             "never a literal")
             continue
         resolved[field] = value
+    problems += _durability_problems(path, resolved)
     if len(problems) > start:
         return None
     assert isinstance(name, str)

@@ -1,7 +1,9 @@
 """Topics as code: one YAML file per topic family under `connectors/topics/`.
 
 A file names a topic without the profile's `kafka.topic_prefix` (the prefix lives in one
-place), its partitions and configs, what its key means, who produces it (a source file or
+place; a name that holds it elsewhere, such as Debezium's heartbeat topic
+`__debezium-heartbeat.<prefix>rentals_db`, writes `{prefix}` where it goes), its
+partitions and configs, what its key means, who produces it (a source file or
 connector file of this repository) and which bronze table stores it, or why nothing does.
 Replication follows the profile (`kafka.replication_factor`) unless a file sets it.
 `validate` also checks the other direction: every topic a scraper or connector writes is
@@ -55,7 +57,7 @@ def _one_of(consumer: str | None, not_stored_because: str | None) -> None:
 
 
 class TopicFile(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
+    name: str = Field(pattern=r"^([A-Za-z0-9._-]|\{prefix\})+$")
     description: str
     partitions: int = Field(ge=1)
     replication_factor: int | None = Field(default=None, ge=1)
@@ -112,13 +114,14 @@ def load_topic_files(folder: Path = TOPICS_DIR) -> list[tuple[Path, TopicFile]]:
 
 def topic_specs(settings: Settings, folder: Path = TOPICS_DIR) -> list[TopicSpec]:
     """Every declared topic, dead-letter topics included, named with the profile's prefix."""
-    prefix, suffix = settings.kafka.topic_prefix, settings.kafka.dlq_topic_suffix
+    suffix = settings.kafka.dlq_topic_suffix
     specs = []
     for path, topic in load_topic_files(folder):
         replication = topic.replication_factor or settings.kafka.replication_factor
-        specs.append(TopicSpec(prefix + topic.name, topic.partitions, replication,
+        name = settings.kafka.topic(topic.name)
+        specs.append(TopicSpec(name, topic.partitions, replication,
                                _configs(settings, topic.configs), path))
         if topic.dead_letter is not None:
-            specs.append(TopicSpec(prefix + topic.name + suffix, topic.partitions, replication,
+            specs.append(TopicSpec(name + suffix, topic.partitions, replication,
                                    _configs(settings, topic.dead_letter.configs), path))
     return specs

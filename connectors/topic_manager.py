@@ -7,9 +7,11 @@ and the other topics are still applied.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from pathlib import Path
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -19,11 +21,11 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from connectors.connect_config import CONNECTORS_DIR, load_connector_dir
-from connectors.scrapers.source_config import load_sources
-from connectors.topic_definitions import TopicSpec
+from connectors.topic_definitions import TOPICS_DIR, TopicFileError, TopicSpec, topic_specs
+from infra.clients import kafka_admin
 from settings import Settings
 
+log = logging.getLogger("lakehouse.topics")
 CREATE, PARTITIONS, CONFIGS, REFUSED = "create", "partitions", "configs", "refused"
 _TIMEOUT = 20
 
@@ -101,24 +103,32 @@ def apply_change(admin: AdminClient, change: TopicChange) -> None:
         future.result(_TIMEOUT)
 
 
-def produced_topics(settings: Settings) -> dict[str, str]:
-    """Every topic the repository's scrapers and connectors write -> who writes it."""
-    produced: dict[str, str] = {}
-    suffix = settings.kafka.dlq_topic_suffix
-    for source in load_sources(settings):
-        for feed, target in source.targets.items():
-            where = f"{source.path.name} (feed {feed})"
-            produced[target.topic] = where
-            produced[target.topic + suffix] = f"{where}, dead letters"
-    for connector in load_connector_dir(CONNECTORS_DIR, settings):
-        config = connector.config
-        if "topic" in config:
-            produced[config["topic"]] = connector.path.name
-        if "topic.prefix" in config and config.get("table.include.list"):
-            for table in config["table.include.list"].split(","):
-                produced[f"{config['topic.prefix']}.{table.strip()}"] = connector.path.name
-    return produced
+def ensure_declared_topics(settings: Settings, names: list[str],
+                           folder: Path = TOPICS_DIR) -> list[str]:
+    """Make `names` exist as their topic files declare them (create, add partitions, set
+    configs); returns the topics created. A name no file declares is an error: a producer
+    must not write a topic nobody declared."""
+    specs = {s.name: s for s in topic_specs(settings, folder)}
+    undeclared = sorted(set(names) - set(specs))
+    if undeclared:
+        raise TopicFileError([f"{name} is declared by no file in {folder}: add one "
+                              "(`lakehouse topics validate` lists every gap)"
+                              for name in undeclared])
+    admin = kafka_admin(settings)
+    created = []
+    for change in plan(admin, [specs[name] for name in names]):
+        if change.kind == REFUSED:
+            log.warning("%s: %s", change.spec.name, change.detail)
+            continue
+        try:
+            apply_change(admin, change)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # a concurrent create
+                raise
+        if change.kind == CREATE:
+            created.append(change.spec.name)
+    return created
 
 
 __all__ = ["CONFIGS", "CREATE", "PARTITIONS", "REFUSED", "KafkaException", "TopicChange",
-           "apply_change", "plan", "produced_topics"]
+           "apply_change", "ensure_declared_topics", "plan"]

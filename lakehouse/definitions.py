@@ -103,6 +103,8 @@ class ColumnDefinition(_Strict):
 class SourceDefinition(_Strict):
     """Where a table's rows come from (documentation for readers and the pipeline)."""
 
+    # The Kafka topic as connectors/topics/ names it, without the profile's
+    # kafka.topic_prefix (bronze: the topic the table stores; the jobs add the prefix).
     topic: str | None = None
     tables: list[str] = Field(default_factory=list)
     format: str | None = None

@@ -37,6 +37,14 @@ class KafkaSettings(_Section):
     def first_server(self) -> tuple[str, int]:
         return _host_port(self.bootstrap_servers.split(",")[0].strip(), 9092)
 
+    def topic(self, declared: str) -> str:
+        """A topic as files name it (connectors/topics/, table files) -> as on the broker:
+        the prefix in front, or where the name says `{prefix}` (Debezium's heartbeat topic
+        `__debezium-heartbeat.{prefix}rentals_db`). The one place the prefix is applied."""
+        if "{prefix}" in declared:
+            return declared.replace("{prefix}", self.topic_prefix)
+        return self.topic_prefix + declared
+
 
 class ConnectSettings(_Section):
     url: str
@@ -173,8 +181,6 @@ class ScraperSettings(_Section):
     backoff_factor: float = Field(default=0.5, ge=0)
     backoff_max_seconds: float = Field(default=60.0, ge=0)
     backoff_jitter_seconds: float = Field(default=0.5, ge=0)
-    compression: str = "zstd"
-    topic_partitions: int = Field(default=3, ge=1)
     # How long to wait for the broker to acknowledge a snapshot before calling it failed.
     delivery_timeout_seconds: float = Field(default=30.0, gt=0)
 

@@ -30,6 +30,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
 from infra.clients import kafka_admin
+from lakehouse.definitions import load_definitions
 from lakehouse.storage import spark_uri, table_uri
 from settings import Settings
 from spark_streaming.checkpoint_offsets import committed_source_offsets
@@ -65,10 +66,20 @@ class BronzeQuery:
             return None
 
 
+def declared_bronze_topics(settings: Settings) -> dict[str, str]:
+    """Topic as on the broker -> the bronze table whose definition stores it (the table
+    file names the topic without the prefix; the profile's prefix is added here only)."""
+    return {settings.kafka.topic(d.source.topic): d.name for d in load_definitions()
+            if d.layer == "bronze" and d.source is not None and d.source.topic}
+
+
 def plan(settings: Settings, topics: list[str]) -> list[BronzeQuery]:
+    """One query per topic, into its declared bronze table (an undeclared topic, such as a
+    test's own, into `bronze_table_name(topic)`)."""
+    declared = declared_bronze_topics(settings)
     queries = []
     for topic in topics:
-        table = bronze_table_name(topic)
+        table = declared.get(topic) or bronze_table_name(topic)
         queries.append(BronzeQuery(topic, table, table_uri(settings, table),
                                    f"{settings.checkpoint_root}/{table}"))
     return queries

@@ -115,6 +115,23 @@ class IngestedLakehouse:
     env: dict[str, str]  # the same, as environment overrides for CLI subprocesses
     system: BikeSystem  # the feed simulator's state: what the scrapers were served
     output: str
+    trips: dict[str, str]  # trip_id -> CSV line of the trips this session dropped
+    bad_trip_line: str  # a line with too few fields, dropped with them
+
+
+def drop_trips(settings: Settings, session: str) -> tuple[dict[str, str], str]:
+    """Append a trip CSV (header, trips, one short line) to the file the FileStream
+    connector tails, as an operator would; trip ids are unique to the session."""
+    header = "trip_id,bike_id,start_station_id,end_station_id,started_at,ended_at,price_cents"
+    trips = {f"{session}-{i}": f"{session}-{i},bike-{i},station-{i % 5 + 1},"
+             f"station-{(i + 2) % 5 + 1},2026-10-0{i % 9 + 1}T08:0{i}:00,"
+             f"2026-10-0{i % 9 + 1}T08:4{i}:00,{150 + i}" for i in range(8)}
+    bad = f"{session}-bad,bike-1,station-1"
+    drop = settings.state_path / "drops" / "trips" / "trips.csv"
+    drop.parent.mkdir(parents=True, exist_ok=True)
+    with drop.open("a") as file:
+        file.write("\n".join([header, *trips.values(), bad]) + "\n")
+    return trips, bad
 
 
 @pytest.fixture(scope="session")
@@ -130,13 +147,15 @@ def ingested_lakehouse(stack: Stack, settings: Settings,
         update={"tables_prefix": prefix, "checkpoint_dir": checkpoints})})
     # The service uses a simulator already serving its port; this one stands still, so the
     # tests know exactly which snapshot was served.
+    trips, bad_trip = drop_trips(settings, uuid.uuid4().hex[:8])
     with FeedSimulator(port=settings.simulator.port, host=settings.simulator.host,
                        seed=settings.simulator.seed) as simulator:
         result = run_cli("ingest", "--until-caught-up", env=env, timeout=1500)
         system = simulator.system
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
-    return IngestedLakehouse(settings=scoped, env=env, system=system, output=output)
+    return IngestedLakehouse(settings=scoped, env=env, system=system, output=output,
+                             trips=trips, bad_trip_line=bad_trip)
 
 
 @dataclass(frozen=True)

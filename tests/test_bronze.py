@@ -25,6 +25,7 @@ from settings import Settings
 from spark_streaming.bronze import (
     bronze_table_name,
     caught_up,
+    declared_bronze_topics,
     plan,
     progress_line,
     run_available_now,
@@ -120,6 +121,38 @@ def test_round_trip_every_record_once_and_byte_identical(
     assert run_available_now(spark, settings, [topic], lambda _m: None)[
         bronze_table_name(topic)] == 0
     assert _table(settings, topic).version() == version
+
+
+def test_a_changed_topic_prefix_flows_through_to_the_same_bronze_table(
+    stack: Stack, settings: Settings, spark: SparkSession, tmp_path: Path
+) -> None:
+    """Another kafka.topic_prefix: `topics apply` creates the topics under it and bronze
+    reads them into the tables the table files name (no silent empty ingest)."""
+    prefix = f"px{uuid.uuid4().hex[:8]}."
+    result = subprocess.run(
+        [sys.executable, "-m", "cli.main", "--profile", TEST_PROFILE, "topics", "apply"],
+        cwd=PROJECT_DIR, capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "LAKEHOUSE_KAFKA__TOPIC_PREFIX": prefix})
+    assert result.returncode == 0, result.stderr
+    renamed = settings.model_copy(update={
+        "kafka": settings.kafka.model_copy(update={"topic_prefix": prefix}),
+        "lakehouse": settings.lakehouse.model_copy(update={
+            "tables_prefix": f"test-prefix/{uuid.uuid4().hex[:8]}",
+            "checkpoint_dir": str(tmp_path / "checkpoints")})})
+    declared = declared_bronze_topics(renamed)
+    topic = f"{prefix}station_status"
+    assert declared[topic] == "bronze_bikes_station_status"
+    live = kafka_admin(renamed).list_topics(timeout=20).topics
+    assert set(declared) <= set(live)
+    assert len(live[topic].partitions) == 3  # as connectors/topics/station_status.yaml says
+    values = _produce(renamed, topic, 0, 40)
+    totals = run_available_now(spark, renamed, [topic], lambda _m: None)
+    assert totals == {"bronze_bikes_station_status": 40}
+    spec = plan(renamed, [topic])[0]
+    rows = DeltaTable(spec.table_uri, storage_options=storage_options(renamed, spec.table_uri)
+                      ).to_pyarrow_dataset().to_table(columns=["topic", "value"])
+    assert set(rows["topic"].to_pylist()) == {topic}
+    assert set(rows["value"].to_pylist()) == values
 
 
 def test_sigkill_mid_stream_then_restart_loses_and_duplicates_nothing(

@@ -51,6 +51,28 @@ def test_ingest_until_caught_up_fills_every_layer(
     assert in_postgres, "the traffic generator made no rentals"
     assert in_lake == in_postgres
 
+    # stations and bikes: the CDC current state equals their PostgreSQL tables
+    with connect(scoped) as conn:
+        pg_stations = set(conn.execute("SELECT station_id, name, capacity FROM stations"))
+        pg_bikes = set(conn.execute("SELECT bike_id, status, station_id FROM bikes"))
+    stations = read_delta(scoped, "silver_stations", ["station_id", "name", "capacity"])
+    assert set(zip(*stations.to_pydict().values(), strict=True)) == pg_stations
+    bikes = read_delta(scoped, "silver_bikes", ["bike_id", "status", "station_id"])
+    assert set(zip(*bikes.to_pydict().values(), strict=True)) == pg_bikes
+
+    # trips: the CSV lines dropped for the FileStream connector, header skipped, the short
+    # line quarantined with the reason (earlier sessions' drops may be there too)
+    trips = read_delta(scoped, "silver_trips", ["trip_id", "price_cents", "duration_seconds"])
+    mine = {t: (p, d) for t, p, d in zip(*trips.to_pydict().values(), strict=True)
+            if t in ingested_lakehouse.trips}
+    assert sorted(mine) == sorted(ingested_lakehouse.trips)
+    assert all(duration == 40 * 60 for _, duration in mine.values())
+    quarantined = read_delta(scoped, "quarantine_trips", ["raw_value", "stage", "reason"])
+    bad = [r for r in quarantined.to_pylist()
+           if r["raw_value"] == ingested_lakehouse.bad_trip_line.encode()]
+    assert len(bad) == 1 and bad[0]["stage"] == "parse"
+    assert "CSV line has 3 fields, expected 7" in bad[0]["reason"]
+
     # gold: every metric has rows built from that silver data
     availability = read_delta(scoped, "gold_station_availability_15min")
     assert set(availability["station_id"].to_pylist()) == set(expected)

@@ -363,6 +363,37 @@ def test_cdc_shuffled_and_replayed_events_converge(spark: SparkSession, lake: Se
     assert len(_rows(lake, "quarantine_rentals")) == 2  # not quarantined twice
 
 
+def test_trip_csv_lines_typed_deduplicated_and_bad_lines_quarantined(
+        spark: SparkSession, lake: Settings) -> None:
+    table = "silver_trips"
+    bronze = Bronze(spark, lake, table, "bikes.trips_csv")
+    header = "trip_id,bike_id,start_station_id,end_station_id,started_at,ended_at,price_cents"
+    good = ["t-1,bike-1,station-1,station-2,2026-10-01T08:00:00,2026-10-01T08:30:00,250",
+            '"t-2",bike-2,"station-2",station-3,2026-10-02T09:00:00,2026-10-02T09:05:00,\r',
+            "t-3,bike-3,station-3,station-1,2026-10-03 10:00:00,2026-10-03 11:00:00,400"]
+    lines = [header, *good,
+             "t-4,bike-4,station-4",                                               # short
+             "t-5,bike-5,station-5,station-1,yesterday,2026-10-01T08:30:00,100",   # bad time
+             "t-6,bike-6,station-5,station-1,2026-10-01T09:00:00,2026-10-01T08:00:00,100"]
+    bronze.append([(None, line) for line in lines])
+    bronze.append([(None, good[0]), (None, header)])  # a file dropped twice
+    totals = run_silver(spark, lake, [table], report=lambda _: None)
+    assert totals[table]["tombstones"] == 2  # the header lines, skipped and counted
+
+    rows = {r["trip_id"]: r for r in _rows(lake, table)}
+    assert sorted(rows) == ["t-1", "t-2", "t-3"]
+    assert (rows["t-1"]["duration_seconds"], rows["t-1"]["price_cents"]) == (1800, 250)
+    assert rows["t-2"]["price_cents"] is None and rows["t-2"]["start_station_id"] == "station-2"
+    assert str(rows["t-3"]["trip_date"]) == "2026-10-03"
+    quarantine = {r["raw_value"].decode().split(",")[0]: r
+                  for r in _rows(lake, "quarantine_trips")}
+    assert sorted(quarantine) == ["t-4", "t-5", "t-6"]
+    assert quarantine["t-4"]["stage"] == "parse"
+    assert "CSV line has 3 fields, expected 7" in quarantine["t-4"]["reason"]
+    assert quarantine["t-5"]["stage"] == "schema" and "started_at" in quarantine["t-5"]["reason"]
+    assert quarantine["t-6"]["failed_rules"] == ["ended_after_start"]
+
+
 def test_pipeline_specs_and_suites_are_valid(tmp_path: Path) -> None:
     specs = load_specs()
     assert {s.table for s in specs} == {p.stem for p in PIPELINES_DIR.glob("*.yaml")}

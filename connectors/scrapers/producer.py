@@ -1,5 +1,5 @@
-"""Kafka producing for scrapers: idempotent, acks=all, compressed; a batch counts only once
-every delivery report came back without error."""
+"""Kafka producing for scrapers, as durable as the source file asks (default idempotent,
+acks=all, zstd); a batch counts only once every delivery report came back without error."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import logging
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
-from confluent_kafka.admin import NewTopic
 
 from connectors.scrapers.messages import KafkaMessage
-from infra.clients import kafka_admin, kafka_config
+from connectors.scrapers.source_config import ProducerSettings
+from infra.clients import kafka_config
 from settings import Settings
 
 log = logging.getLogger("lakehouse.scrapers.produce")
@@ -29,13 +29,12 @@ class Delivery:
 
 
 class SnapshotProducer:
-    def __init__(self, settings: Settings, extra_config: dict[str, object] | None = None) -> None:
+    def __init__(self, settings: Settings, durability: ProducerSettings,
+                 extra_config: dict[str, object] | None = None) -> None:
         self.timeout = settings.scraper.delivery_timeout_seconds
         config = {
             **kafka_config(settings),
-            "enable.idempotence": True,
-            "acks": "all",
-            "compression.type": settings.scraper.compression,
+            **durability.librdkafka(),
             "linger.ms": 20,
             "delivery.timeout.ms": int(self.timeout * 1000),
             "client.id": "lakehouse-scraper",
@@ -74,24 +73,3 @@ class SnapshotProducer:
         if left:
             log.error("%d message(s) were not acknowledged before shutdown", left)
 
-
-def ensure_topics(settings: Settings, topics: list[str]) -> list[str]:
-    """Create the missing topics (idempotent); returns the ones created."""
-    admin = kafka_admin(settings)
-    existing = set(admin.list_topics(timeout=15).topics)
-    missing = sorted(set(topics) - existing)
-    if not missing:
-        return []
-    # replication_factor -1: the broker's default (a real cluster's setting, 1 when embedded).
-    futures = admin.create_topics(
-        [NewTopic(t, settings.scraper.topic_partitions, -1) for t in missing],
-        request_timeout=15)
-    created = []
-    for topic, future in futures.items():
-        try:
-            future.result(timeout=20)
-            created.append(topic)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
-    return created

@@ -8,10 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from connectors.scrapers.fetcher import Fetcher
-from connectors.scrapers.producer import SnapshotProducer, ensure_topics
+from connectors.scrapers.producer import SnapshotProducer
 from connectors.scrapers.runner import RunReport, SourceRunner
 from connectors.scrapers.source_config import Source
 from connectors.scrapers.state import SourceState
+from connectors.topic_manager import ensure_declared_topics
+from connectors.topic_producers import source_topics
 from settings import Settings
 
 
@@ -29,29 +31,33 @@ class SourceProgress:
 
 
 class Scraper:
-    """Owns the HTTP session, the producer and one runner per source."""
+    """Owns the HTTP session and one runner and producer per source (each source file
+    states its own acks, idempotence and compression)."""
 
     def __init__(self, settings: Settings, sources: list[Source],
                  producer_config: dict[str, object] | None = None) -> None:
         self.settings = settings
         self.fetcher = Fetcher(settings.scraper)
-        self.producer = SnapshotProducer(settings, producer_config)
+        self.producers = {source.name: SnapshotProducer(settings, source.spec.producer,
+                                                        producer_config)
+                          for source in sources}
         state_folder = settings.state_path / "scrapers"
         now = time.time()
         self.progress = [
-            SourceProgress(source, SourceRunner(source, self.fetcher, self.producer,
+            SourceProgress(source, SourceRunner(source, self.fetcher,
+                                                self.producers[source.name],
                                                 SourceState(state_folder, source.name),
                                                 settings.kafka.dlq_topic_suffix), now)
             for source in sources
         ]
 
     def topics(self) -> list[str]:
-        suffix = self.settings.kafka.dlq_topic_suffix
-        names = {t.topic for p in self.progress for t in p.source.targets.values()}
-        return sorted(names | {n + suffix for n in names})
+        sources = [p.source for p in self.progress]
+        return sorted(source_topics(sources, self.settings.kafka.dlq_topic_suffix))
 
     def ensure_topics(self) -> list[str]:
-        return ensure_topics(self.settings, self.topics())
+        """Create or converge this scraper's topics as their topic files declare them."""
+        return ensure_declared_topics(self.settings, self.topics())
 
     def _run(self, entry: SourceProgress) -> RunReport:
         report = entry.runner.run()
@@ -86,5 +92,6 @@ class Scraper:
 
     def close(self) -> None:
         """Flush what is still queued to the broker and close the HTTP session."""
-        self.producer.close()
+        for producer in self.producers.values():
+            producer.close()
         self.fetcher.close()

@@ -38,6 +38,29 @@ class FeedTarget(_Strict):
     key: str = Field(min_length=1)
 
 
+class ProducerSettings(_Strict):
+    """How the source's records are written: durability and compression (librdkafka names)."""
+
+    # all: every in-sync replica has the record before it counts; 1: the leader only;
+    # 0: no acknowledgement at all (a lost record goes unnoticed).
+    acks: Literal["all", "1", "0"] = "all"
+    # The broker drops a retried duplicate, so a retry never writes a record twice.
+    enable_idempotence: bool = True
+    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "zstd"
+
+    @model_validator(mode="after")
+    def _idempotence_needs_acks_all(self) -> ProducerSettings:
+        if self.enable_idempotence and self.acks != "all":
+            raise ValueError(f"acks: {self.acks!r} with enable_idempotence: true; an "
+                             "idempotent producer needs acks: all (or set "
+                             "enable_idempotence: false)")
+        return self
+
+    def librdkafka(self) -> dict[str, object]:
+        return {"acks": self.acks, "enable.idempotence": self.enable_idempotence,
+                "compression.type": self.compression}
+
+
 class Location(_Strict):
     id: str = Field(min_length=1)
     latitude: float = Field(ge=-90, le=90)
@@ -58,6 +81,7 @@ class SourceSpec(_Strict):
     headers: dict[str, str] = Field(default_factory=dict)
     # Feed name -> target; feeds left out use `<kafka.topic_prefix><feed>` and the default key.
     feeds: dict[str, FeedTarget] = Field(default_factory=dict)
+    producer: ProducerSettings = Field(default_factory=ProducerSettings)
     # Skip a GBFS feed until its `ttl` has passed since the last fetch.
     respect_ttl: bool = True
     # A snapshot older than this is reported as stale (it is not produced again anyway).

@@ -48,6 +48,7 @@ class KafkaConnect(Component):
             rest_host=host,
             rest_port=port,
             topic_prefix=self.settings.connect.internal_topic_prefix,
+            replication_factor=self.settings.kafka.replication_factor,
             plugin_path=self.layout.jvm_module(PLUGINS_MODULE),
         ))
 

@@ -2,8 +2,8 @@
 
 The result keeps the raw bronze record (columns `_b_*`, for quarantine), a `_stage`
 (null, 'parse' or 'schema'), a `_reason`, `_tombstone` (Debezium delete markers: null
-value, skipped and counted) and every column of the silver table, cast to its type.
-Nothing is filtered here: routing decides where each row goes.
+value; CSV header lines: skipped and counted) and every column of the silver table, cast
+to its type. Nothing is filtered here: routing decides where each row goes.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ def _messages(frame: DataFrame, spec: PipelineSpec) -> DataFrame:
                                   F.lit("value is not a JSON object"))
                             .alias("_parse_error"),
                             F.lit(False).alias("_tombstone"))
+    if spec.format == "csv":
+        return _csv_lines(frame, spec, text)
     envelope = F.from_json(text, ENVELOPE)
     source = F.from_json(envelope["source"], SOURCE)
     op = envelope["op"]
@@ -61,6 +63,24 @@ def _messages(frame: DataFrame, spec: PipelineSpec) -> DataFrame:
         F.when(F.col("_b_value").isNull(), F.lit(None)).otherwise(problem).alias("_parse_error"),
         F.col("_b_value").isNull().alias("_tombstone"),
         op.alias("_op"), source["lsn"].alias("_lsn"), source["ts_ms"].alias("_source_ts_ms"))
+
+
+def _csv_lines(frame: DataFrame, spec: PipelineSpec, text: Column) -> DataFrame:
+    """One CSV line per record, columns in the order of `fields` (RFC 4180 quoting). The
+    line becomes a JSON object of its columns, so typing is the same as for JSON. A header
+    line (the field names) is skipped and counted like a tombstone; an empty value is null."""
+    names = list(spec.fields)
+    line = F.regexp_replace(text, r"\r$", "")
+    count = F.size(F.split(F.regexp_replace(line, r'"[^"]*"', ""), ",", -1))
+    columns = F.from_csv(line, ", ".join(f"`{name}` STRING" for name in names))
+    problem = (F.when(F.col("_b_value").isNull(), F.lit("no value (null record)"))
+               .when(count != len(names),
+                     F.concat(F.lit("CSV line has "), count.cast("string"),
+                              F.lit(f" fields, expected {len(names)} ({','.join(names)})"))))
+    header = F.coalesce(line == ",".join(names), F.lit(False))
+    return frame.select("*", F.to_json(columns).alias("_image"),
+                        F.when(header, F.lit(None)).otherwise(problem).alias("_parse_error"),
+                        header.alias("_tombstone"))
 
 
 def _mode_columns(spec: PipelineSpec, typed: dict[str, Column]) -> dict[str, Column]:

@@ -44,7 +44,9 @@ class PipelineSpec(BaseModel):
 
     table: str = Field(pattern=r"^silver_[a-z0-9_]+$")
     mode: Literal["dedupe_append", "scd2", "cdc_merge"]
-    format: Literal["json", "debezium"] = "json"
+    # json: the value is the message; debezium: a change-event envelope; csv: one CSV line,
+    # its columns in the order of `fields`
+    format: Literal["json", "debezium", "csv"] = "json"
     quarantine: str = Field(pattern=r"^quarantine_[a-z0-9_]+$")
     # expectations/<suite>.json (default: the table name), or a path to a .json file
     suite: str | None = None
