@@ -24,10 +24,10 @@ class TopicProducer:
     kind: str  # "scraper" or "kafka_connect"
     name: str  # source or connector name
     file: Path  # the file that configures it
-    role: str  # what of it writes the topic, e.g. "feed station_status, dead letters"
+    role: str = ""  # what of it writes the topic, e.g. "feed station_status, dead letters"
 
     def describe(self) -> str:
-        return f"{self.file.name} ({self.role})"
+        return f"{self.file.name} ({self.role})" if self.role else self.file.name
 
     def as_meta(self, project_dir: Path) -> dict[str, str]:
         try:
@@ -53,12 +53,12 @@ def connector_topics(connector: ConnectorFile) -> dict[str, TopicProducer]:
     """Topics a connector writes, read from its own config."""
     config = connector.config
 
-    def made_by(role: str) -> TopicProducer:
+    def made_by(role: str = "") -> TopicProducer:
         return TopicProducer("kafka_connect", connector.name, connector.path, role)
 
     produced: dict[str, TopicProducer] = {}
     if "topic" in config:
-        produced[config["topic"]] = made_by("topic")
+        produced[config["topic"]] = made_by()
     prefix = config.get("topic.prefix")
     if prefix:
         for table in filter(None, (t.strip() for t in

@@ -52,6 +52,8 @@ def test_an_undeclared_produced_topic_fails_validate(topics_dir: Path) -> None:
     result = run_cli("topics", "validate", "--topics-dir", str(topics_dir))
     assert result.returncode == 2, result.stderr
     assert "trips_csv (written by trips-file-source.json) is declared by no file" in result.stderr
+    # and the bronze table that reads it has no declared source any more
+    assert "table bronze_bikes_trips_csv reads topic 'trips_csv', which no file" in result.stderr
 
 
 def test_apply_creates_converges_and_refuses_what_kafka_cannot_do(

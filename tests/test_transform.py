@@ -71,7 +71,7 @@ def test_transform_builds_every_model_and_marts_are_delta_tables(
     # source freshness ran on every Kafka topic landed in bronze, all fresh
     sources = json.loads((DbtPaths.of(settings).target_dir / "sources.json").read_text())
     assert {r["unique_id"].split(".")[-1] for r in sources["results"]} >= {
-        "bikes_station_status", "bikes_rentals_db_public_rentals"}
+        "station_status", "rentals_db_public_rentals", "trips_csv"}
     assert {r["status"] for r in sources["results"]} == {"pass"}
 
 
