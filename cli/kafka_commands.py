@@ -103,7 +103,7 @@ def topics_command(ctx: click.Context, names: tuple[str, ...], as_json: bool) ->
             flag = "  UNDER-REPLICATED" if p.under_replicated else ""
             click.echo(f"\tPartition: {p.partition}\tLeader: {_none(p.leader)}\t"
                        f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}\t"
-                       f"Offsets: {p.earliest}..{p.end}{flag}")
+                       f"Offsets: {_none(p.earliest)}..{_none(p.end)}{flag}")
     _say(f"{len(states)} topic(s) on {settings.kafka.bootstrap_servers}")
 
 

@@ -85,7 +85,13 @@ def _offsets(admin: AdminClient, partitions: Iterable[tuple[str, int]], spec: Of
     if not wanted:
         return {}
     answers = admin.list_offsets(wanted, isolation_level=isolation, request_timeout=TIMEOUT)
-    return {(tp.topic, tp.partition): future.result().offset for tp, future in answers.items()}
+    found = {}
+    for tp, future in answers.items():
+        try:
+            found[(tp.topic, tp.partition)] = future.result().offset
+        except KafkaException:  # e.g. the topic was deleted meanwhile: offset unknown
+            continue
+    return found
 
 
 def log_ends(admin: AdminClient, partitions: Iterable[tuple[str, int]],
@@ -110,8 +116,8 @@ class PartitionState:
     leader: int | None
     replicas: list[int]
     isr: list[int]
-    earliest: int
-    end: int
+    earliest: int | None  # None: the broker did not say (a topic being deleted)
+    end: int | None
 
     @property
     def under_replicated(self) -> bool:
@@ -129,7 +135,8 @@ class TopicState:
     @property
     def records(self) -> int:
         """Records the log holds now (end minus earliest; transaction markers included)."""
-        return sum(p.end - p.earliest for p in self.partitions)
+        return sum(p.end - p.earliest for p in self.partitions
+                   if p.end is not None and p.earliest is not None)
 
 
 def describe_topics(settings: Settings, admin: AdminClient,
@@ -166,7 +173,7 @@ def describe_topics(settings: Settings, admin: AdminClient,
             partitions=[PartitionState(
                 partition=p.id, leader=p.leader.id if p.leader is not None else None,
                 replicas=[n.id for n in p.replicas], isr=[n.id for n in p.isr],
-                earliest=earliest[(topic, p.id)], end=ends[(topic, p.id)])
+                earliest=earliest.get((topic, p.id)), end=ends.get((topic, p.id)))
                 for p in sorted(description.partitions, key=lambda p: p.id)]))
     return states
 
