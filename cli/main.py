@@ -15,6 +15,7 @@ from rich.table import Table
 from cli.analysis_commands import docs, transform
 from cli.connectors_commands import connectors
 from cli.gold_commands import gold
+from cli.kafka_commands import kafka
 from cli.notebooks_commands import notebooks
 from cli.rentals_commands import rentals
 from cli.scrape_commands import scrape, simulator
@@ -259,6 +260,7 @@ cli.add_command(scrape)
 cli.add_command(simulator)
 cli.add_command(tables)
 cli.add_command(topics)
+cli.add_command(kafka)
 cli.add_command(maintain)
 cli.add_command(silver)
 cli.add_command(gold)
