@@ -134,6 +134,12 @@ class ConnectClient:
         """The connector's stored config (config-provider references unresolved), or None."""
         return self._call("GET", f"/connectors/{self._name(name)}/config", allow=(404,))
 
+    def offsets(self, name: str) -> list[dict[str, Any]]:
+        """A source connector's committed offsets, in its own terms (`{"partition": {...},
+        "offset": {...}}`, e.g. a file name and byte position); [] for an unknown one."""
+        answer = self._call("GET", f"/connectors/{self._name(name)}/offsets", allow=(404,))
+        return list((answer or {}).get("offsets", []))
+
     def status(self, name: str) -> dict[str, Any] | None:
         return self._call("GET", f"/connectors/{self._name(name)}/status", allow=(404,))
 

@@ -336,21 +336,13 @@ class ConnectorProgress:
     offsets: list[dict[str, Any]]
 
 
-class _OffsetsClient(ConnectClient):
-    """The Connect 3.6+ offsets endpoint, which the shared client does not call yet."""
-
-    def offsets(self, name: str) -> list[dict[str, Any]]:
-        answer = self._call("GET", f"/connectors/{self._name(name)}/offsets", allow=(404,))
-        return list((answer or {}).get("offsets", []))
-
-
 def source_connectors(settings: Settings) -> list[ConnectorProgress]:
     """Every source connector's state and committed source offsets (`GET
     /connectors/{name}/offsets`). Sink connectors are consumer groups (`connect-<name>`).
 
     Raises ConnectError when the worker does not answer."""
     progress = []
-    with _OffsetsClient(settings.connect.url, timeout=10, retries=1, rebalance_wait=10) as client:
+    with ConnectClient(settings.connect.url, timeout=10, retries=1, rebalance_wait=10) as client:
         for name in client.connector_names():
             status = client.status(name)
             if status is None or status.get("type") != "source":
