@@ -43,7 +43,7 @@ class KafkaConnect(Component):
         template = Template((TEMPLATES / "connect-worker.properties").read_text())
         self.worker_file.parent.mkdir(parents=True, exist_ok=True)
         self.worker_file.write_text(template.substitute(
-            bootstrap_servers=self.settings.kafka.bootstrap_servers,
+            bootstrap_servers=self.settings.kafka_bootstrap,
             group_id=self.settings.connect.group_id,
             rest_host=host,
             rest_port=port,
