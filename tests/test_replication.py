@@ -33,7 +33,7 @@ from infra.components.kafka import Kafka, kafka_nodes
 from infra.layout import StateLayout
 from infra.ports import port_is_free, wait_until
 from settings import Settings, load_settings
-from tests.conftest import TEST_PROFILE
+from tests.conftest import TEST_PROFILE, run_cli
 
 PORT_SHIFT = 100  # test profile 21092/21093 -> nodes on 21192..21197
 TOPIC = "replicated"
@@ -235,3 +235,15 @@ def test_leader_loss_keeps_every_acknowledged_record_once(cluster: Cluster) -> N
     assert len(refused.failed) == 100 and codes <= REFUSED, codes
     _, high_after = consume_all(settings)
     assert high_after == high, "records became visible without a second in-sync replica"
+
+
+def test_up_with_another_broker_count_is_refused_before_starting(cluster: Cluster) -> None:
+    """The cluster's folders were formatted for three voters: one broker would wait forever
+    for a quorum, so `up` refuses at once and names the way out."""
+    result = run_cli("up", "--brokers", "1",
+                     env={"LAKEHOUSE_STATE_DIR": str(cluster.settings.state_path)}, timeout=60)
+    assert result.returncode == 2, result.stderr
+    message = " ".join(result.stderr.split())
+    assert "formatted for 3 brokers, not 1" in message, message
+    assert "--brokers 3" in message and "lakehouse down" in message, message
+    assert "starting" not in message, message
