@@ -26,7 +26,7 @@ from infra.components.base import StackError
 from infra.components.postgres import Postgres
 from infra.install import SetupError, run_setup
 from infra.layout import StateLayout
-from infra.stack import Stack
+from infra.stack import Stack, replication_advice
 from settings import ConfigError, Settings, load_settings
 from settings.env_file import ensure_env_file
 from spark_streaming.table_lock import TableBusy
@@ -82,10 +82,25 @@ def setup(ctx: click.Context) -> None:
 
 
 @cli.command()
+@click.option("--brokers", type=click.IntRange(1, 9), default=None,
+              help="Kafka nodes (broker + controller each) for this start; default: the "
+                   "setting embedded.kafka_brokers (1).")
 @click.pass_context
-def up(ctx: click.Context) -> None:
+def up(ctx: click.Context, brokers: int | None) -> None:
     """Start the embedded stack (idempotent: healthy components are left alone)."""
-    stack = Stack(_settings(ctx))
+    settings = _settings(ctx)
+    if brokers is not None and brokers != settings.embedded.kafka_brokers:
+        try:
+            settings = settings.with_kafka_brokers(brokers)
+        except ValueError as exc:
+            raise ConfigError(f"--brokers {brokers}: {exc}") from exc
+        _say(f"{brokers} Kafka brokers for this start; other commands bootstrap from every "
+             f"broker only with LAKEHOUSE_EMBEDDED__KAFKA_BROKERS={brokers} (or "
+             "embedded.kafka_brokers in lakehouse.yaml)")
+    advice = replication_advice(settings)
+    if advice:
+        _say(f"[yellow]note:[/yellow] {advice}")
+    stack = Stack(settings)
     began = time.monotonic()
     stack.up(_say)
     _say(f"[green]stack healthy[/green] in {time.monotonic() - began:.1f} s "

@@ -44,11 +44,15 @@ _CLIENT_LOG.setLevel(logging.ERROR)
 
 
 def kafka_config(settings: Settings) -> dict[str, Any]:
-    return {"bootstrap.servers": settings.kafka.bootstrap_servers, "logger": _CLIENT_LOG}
+    return {"bootstrap.servers": settings.kafka_bootstrap, "logger": _CLIENT_LOG}
 
 
-def kafka_admin(settings: Settings, quiet: bool = False) -> AdminClient:
+def kafka_admin(settings: Settings, quiet: bool = False,
+                servers: str | None = None) -> AdminClient:
+    """Admin client for the configured brokers, or only `servers` (one broker's health)."""
     config = kafka_config(settings)
+    if servers is not None:
+        config["bootstrap.servers"] = servers
     if quiet:
         config["logger"] = _QUIET
     return AdminClient(config)

@@ -2,28 +2,50 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from infra.components.base import Component, ComponentStatus, StackError
-from infra.components.kafka import Kafka
+from infra.components.base import (
+    Component,
+    ComponentStatus,
+    Report,
+    StackError,
+    start_components,
+    stop_components,
+)
+from infra.components.kafka import check_formatted_for, kafka_nodes
 from infra.components.kafka_connect import KafkaConnect
 from infra.components.postgres import Postgres
 from infra.components.seaweedfs import SeaweedFs
 from infra.layout import StateLayout
 from settings import Settings
 
-Report = Callable[[str], None]
+
+def replication_advice(settings: Settings) -> str | None:
+    """What to change when the profile's topic replication does not fit the broker count:
+    settings stay the one source of truth, so `up` tells rather than silently derives."""
+    brokers = settings.embedded.kafka_brokers
+    kafka = settings.kafka
+    if kafka.replication_factor > brokers:
+        return (f"kafka.replication_factor is {kafka.replication_factor} but only {brokers} "
+                f"broker(s) run: topics cannot be created; set LAKEHOUSE_KAFKA__REPLICATION_"
+                f"FACTOR={min(3, brokers)} (or kafka.replication_factor in lakehouse.yaml)")
+    if brokers >= 3 and (kafka.replication_factor < 3 or kafka.min_insync_replicas < 2):
+        return (f"{brokers} brokers, but the profile's topics get kafka.replication_factor="
+                f"{kafka.replication_factor} and kafka.min_insync_replicas="
+                f"{kafka.min_insync_replicas}: to survive a broker loss set "
+                "LAKEHOUSE_KAFKA__REPLICATION_FACTOR=3 and LAKEHOUSE_KAFKA__MIN_INSYNC_REPLICAS=2 "
+                "(or those keys in lakehouse.yaml) before `lakehouse topics apply`")
+    return None
 
 
 class Stack:
-    """SeaweedFS; Apache Kafka -> Kafka Connect (its topics on Kafka); PostgreSQL."""
+    """SeaweedFS; Apache Kafka (one node or several) -> Kafka Connect (its topics on Kafka);
+    PostgreSQL."""
 
     def __init__(self, settings: Settings):
         self.settings = settings
         self.layout = StateLayout(settings.state_path, settings.tools_path)
         self.components: list[Component] = [
             SeaweedFs(settings, self.layout),
-            Kafka(settings, self.layout),
+            *kafka_nodes(settings, self.layout),
             KafkaConnect(settings, self.layout),
             Postgres(settings, self.layout),
         ]
@@ -47,34 +69,11 @@ class Stack:
                 "(embedded.enabled is false): nothing to start; `lakehouse status` checks them",
             )
         self.layout.ensure()
-        started: list[Component] = []
-        try:
-            for component in self.components:
-                if component.process.is_running():
-                    if component._safe_healthy():
-                        report(f"{component.name}: already healthy, left alone")
-                        continue
-                    report(f"{component.name}: running but unhealthy, restarting")
-                    component.stop()
-                report(f"{component.name}: starting on {component.address()}")
-                component.start()
-                started.append(component)
-                for note in component.notes:
-                    report(f"{component.name}: {note}")
-                report(f"{component.name}: healthy in {component.started_in:.1f} s")
-        except BaseException:
-            for component in reversed(started):
-                report(f"{component.name}: stopping (start of the stack failed)")
-                component.stop()
-            raise
-        return [c.name for c in started]
+        check_formatted_for(self.settings, self.layout)  # before anything starts
+        return [c.name for c in start_components(self.components, report)]
 
     def down(self, report: Report) -> list[str]:
-        stopped = []
-        for component in reversed(self.components):
-            if component.stop():
-                report(f"{component.name}: stopped")
-                stopped.append(component.name)
+        stopped = stop_components(self.components, report)
         if not stopped:
             report("nothing was running")
         return stopped

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 
 class _Section(BaseModel):
@@ -197,10 +198,37 @@ class SeaweedfsPorts(_Section):
     metrics_port: int = Field(ge=1, le=65535)
 
 
+# Broker n of the embedded cluster listens on the configured client and controller ports
+# plus this many times n-1: the two ports of a node sit next to each other (19092/19093,
+# then 19094/19095, ...), so a cluster takes one contiguous block of 2 x brokers ports.
+KAFKA_NODE_PORT_STRIDE = 2
+
+
+@dataclass(frozen=True)
+class KafkaNode:
+    """One embedded KRaft node (broker and controller): its id and both of its ports."""
+
+    node_id: int
+    host: str
+    port: int
+    controller_host: str
+    controller_port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def controller_address(self) -> str:
+        return f"{self.controller_host}:{self.controller_port}"
+
+
 class EmbeddedSettings(_Section):
     enabled: bool = True
     # The Kafka broker's KRaft controller listener (its client port is in kafka.bootstrap_servers).
     kafka_controller_port: int = Field(default=19093, ge=1, le=65535)
+    # KRaft nodes, each broker and controller in its own JVM (`lakehouse up --brokers N`).
+    kafka_brokers: int = Field(default=1, ge=1, le=9)
     # Maximum JVM heaps (-Xmx) of the broker and the Connect worker.
     kafka_heap: str = Field(default="512m", pattern=r"^[0-9]+[mMgG]$")
     connect_heap: str = Field(default="512m", pattern=r"^[0-9]+[mMgG]$")
@@ -226,6 +254,43 @@ class Settings(_Section):
     rentals: RentalsSettings = Field(default_factory=RentalsSettings)
     gold: GoldSettings = Field(default_factory=GoldSettings)
     analysis: AnalysisSettings = Field(default_factory=AnalysisSettings)
+
+    @model_validator(mode="after")
+    def _kafka_ports_distinct(self) -> Settings:
+        """The derived client and controller ports of all brokers must not overlap."""
+        ports = [p for node in self.kafka_nodes() for p in (node.port, node.controller_port)]
+        if len(set(ports)) != len(ports):
+            raise ValueError(
+                f"embedded.kafka_brokers={self.embedded.kafka_brokers}: the brokers' ports "
+                f"{ports} overlap; keep embedded.kafka_controller_port outside kafka.bootstrap_"
+                f"servers' port + 0..{KAFKA_NODE_PORT_STRIDE * self.embedded.kafka_brokers - 1}")
+        return self
+
+    def kafka_node(self, node_id: int) -> KafkaNode:
+        """Node `node_id` (1-based) of the embedded Kafka: the ONE place its ports come from.
+        Node 1 is exactly the configured broker, so one broker is the plain setup."""
+        host, port = self.kafka.first_server()
+        offset = KAFKA_NODE_PORT_STRIDE * (node_id - 1)
+        return KafkaNode(node_id, host, port + offset, "127.0.0.1",
+                         self.embedded.kafka_controller_port + offset)
+
+    def kafka_nodes(self, count: int | None = None) -> list[KafkaNode]:
+        """The configured number of embedded nodes (or `count` of them)."""
+        return [self.kafka_node(n) for n in range(1, (count or self.embedded.kafka_brokers) + 1)]
+
+    def with_kafka_brokers(self, count: int) -> Settings:
+        """These settings with another broker count, validated again (ports must not overlap)."""
+        values = self.model_dump()
+        values["embedded"]["kafka_brokers"] = count
+        return Settings.model_validate(values)
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """What clients bootstrap from: every embedded broker, so that any one of them may be
+        down; kafka.bootstrap_servers as configured otherwise (an external cluster)."""
+        if self.embedded.enabled and self.embedded.kafka_brokers > 1:
+            return ",".join(node.address for node in self.kafka_nodes())
+        return self.kafka.bootstrap_servers
 
     @field_validator("state_dir", "tools_dir")
     @classmethod

@@ -130,7 +130,7 @@ def source_options(spark: SparkSession, settings: Settings, query: BronzeQuery,
                    max_offsets_per_trigger: int | None = None) -> dict[str, str]:
     """Options of the query's spark-sql-kafka source."""
     options = {
-        "kafka.bootstrap.servers": settings.kafka.bootstrap_servers,
+        "kafka.bootstrap.servers": settings.kafka_bootstrap,
         "subscribe": query.topic,
         "includeHeaders": "true",
         # Kafka Connect writes in transactions: never read what was aborted or is open.

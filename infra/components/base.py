@@ -5,6 +5,8 @@ from __future__ import annotations
 import signal
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,11 +59,14 @@ class Component(ABC):
     graceful_signal: int = signal.SIGTERM
     start_timeout: float = 60.0
     stop_timeout: float = 20.0
+    # Components sharing a group are launched together, then awaited (a quorum's nodes).
+    start_group: str | None = None
 
     def __init__(self, settings: Settings, layout: StateLayout):
         self.settings = settings
         self.layout = layout
         self.started_in = 0.0
+        self._began = time.monotonic()
         self.notes: list[str] = []  # what start() did besides starting, for the report
         self.process = ManagedProcess(
             name=self.name,
@@ -127,13 +132,21 @@ class Component(ABC):
                 )
 
     def start(self) -> None:
+        self.launch()
+        self.wait_healthy()
+
+    def launch(self) -> None:
+        """Check, prepare and start the process without waiting for it to answer."""
         self.notes = []
         self.check_binaries()
         self.check_ports()
         self.prepare()
-        began = time.monotonic()
+        self._began = time.monotonic()
         self.process.start(self.command(), env=self.environment(), cwd=self.working_dir(),
                            user=self.run_as())
+
+    def wait_healthy(self) -> None:
+        """Wait for the launched process's health check; stop it and explain on failure."""
         fatal: list[StackError] = []
 
         def check() -> bool:
@@ -155,7 +168,7 @@ class Component(ABC):
             raise StackError(self.name, f"{reason}; last log lines:\n{last}",
                              self.process.log_file)
         self.after_healthy()
-        self.started_in = time.monotonic() - began
+        self.started_in = time.monotonic() - self._began
 
     def stop(self) -> bool:
         return self.process.stop(self.graceful_signal, timeout=self.stop_timeout)
@@ -184,3 +197,65 @@ class Component(ABC):
             return self.version()
         except Exception:
             return "?"
+
+
+Report = Callable[[str], None]
+
+
+def _groups(components: list[Component]) -> list[list[Component]]:
+    """Consecutive components of one start_group together, every other one alone."""
+    groups: list[list[Component]] = []
+    for component in components:
+        if (groups and component.start_group is not None
+                and groups[-1][0].start_group == component.start_group):
+            groups[-1].append(component)
+        else:
+            groups.append([component])
+    return groups
+
+
+def start_components(components: list[Component], report: Report) -> list[Component]:
+    """Start what is not healthy, in order; on any failure stop what this call started.
+    A group is launched as a whole before any member is awaited: the first node of a
+    three-voter KRaft quorum cannot answer until a second one runs."""
+    started: list[Component] = []
+    try:
+        for group in _groups(components):
+            launched: list[Component] = []
+            for component in group:
+                if component.process.is_running():
+                    if component._safe_healthy():
+                        report(f"{component.name}: already healthy, left alone")
+                        continue
+                    report(f"{component.name}: running but unhealthy, restarting")
+                    component.stop()
+                report(f"{component.name}: starting on {component.address()}")
+                started.append(component)
+                component.launch()
+                launched.append(component)
+            for component in launched:
+                component.wait_healthy()
+                for note in component.notes:
+                    report(f"{component.name}: {note}")
+                report(f"{component.name}: healthy in {component.started_in:.1f} s")
+    except BaseException:
+        for component in reversed(started):
+            report(f"{component.name}: stopping (start of the stack failed)")
+            component.stop()
+        raise
+    return started
+
+
+def stop_components(components: list[Component], report: Report) -> list[str]:
+    """Stop in reverse order; a group's members at once (the last node of a quorum stopped
+    alone would wait for a controller that is gone). Returns the names that were running."""
+    stopped: list[str] = []
+    for group in reversed(_groups(components)):
+        members = list(reversed(group))
+        with ThreadPoolExecutor(max_workers=len(members)) as pool:
+            results = list(pool.map(lambda component: component.stop(), members))
+        for component, was_running in zip(members, results, strict=True):
+            if was_running:
+                report(f"{component.name}: stopped")
+                stopped.append(component.name)
+    return stopped

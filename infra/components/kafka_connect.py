@@ -43,12 +43,11 @@ class KafkaConnect(Component):
         template = Template((TEMPLATES / "connect-worker.properties").read_text())
         self.worker_file.parent.mkdir(parents=True, exist_ok=True)
         self.worker_file.write_text(template.substitute(
-            bootstrap_servers=self.settings.kafka.bootstrap_servers,
+            bootstrap_servers=self.settings.kafka_bootstrap,
             group_id=self.settings.connect.group_id,
             rest_host=host,
             rest_port=port,
             topic_prefix=self.settings.connect.internal_topic_prefix,
-            replication_factor=self.settings.kafka.replication_factor,
             plugin_path=self.layout.jvm_module(PLUGINS_MODULE),
         ))
 
