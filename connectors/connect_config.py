@@ -29,6 +29,8 @@ CONNECTORS_DIR = Path(__file__).resolve().with_name("kafka_connect")
 PROJECT_PROVIDER = "lakehouse"
 _PLACEHOLDER = re.compile(r"\$\{" + PROJECT_PROVIDER + r":([^}]*)\}")
 _PROVIDER_REFERENCE = re.compile(r"^\$\{[A-Za-z0-9_.-]+:[^}]+\}$")
+_ENV_REFERENCE = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
+_FILE_REFERENCE = re.compile(r"\$\{file:([^:}]+):[^}]*\}")
 # Every connector file states how its producers write (the durability trade-off is a
 # decision, not a default picked up by accident).
 DURABILITY_FIELDS = ("producer.override.acks", "producer.override.enable.idempotence",
@@ -189,3 +191,38 @@ def load_connector_dir(directory: Path, settings: Settings) -> list[ConnectorFil
     if problems:
         raise ConnectorFileError(problems)
     return connectors
+
+
+def provider_references(directory: Path = CONNECTORS_DIR) -> tuple[set[str], set[str]]:
+    """The environment variables (`${env:VAR}`) and files (`${file:path:key}`) the connector
+    files of `directory` reference: the only ones the worker's config providers may read."""
+    variables: set[str] = set()
+    files: set[str] = set()
+    for path in sorted(directory.glob("*.json")):
+        text = path.read_text()
+        variables.update(_ENV_REFERENCE.findall(text))
+        files.update(_FILE_REFERENCE.findall(text))
+    return variables, files
+
+
+def worker_provider_properties(directory: Path = CONNECTORS_DIR) -> dict[str, str]:
+    """The `config.providers*` properties of a worker that serves the connector files of
+    `directory`: `env` limited to exactly the variables they name, `file` (only when one is
+    referenced) to exactly those files. Unrestricted providers would hand any environment
+    variable or readable file to whoever can call the REST API (`config/validate` echoes
+    resolved values)."""
+    variables, files = provider_references(directory)
+    properties: dict[str, str] = {}
+    providers: list[str] = []
+    if variables:
+        providers.append("env")
+        properties["config.providers.env.class"] = (
+            "org.apache.kafka.common.config.provider.EnvVarConfigProvider")
+        # Java's Pattern.matches(): the whole name must match one alternative.
+        properties["config.providers.env.param.allowlist.pattern"] = "|".join(sorted(variables))
+    if files:
+        providers.append("file")
+        properties["config.providers.file.class"] = (
+            "org.apache.kafka.common.config.provider.FileConfigProvider")
+        properties["config.providers.file.param.allowed.paths"] = ",".join(sorted(files))
+    return {"config.providers": ",".join(providers), **properties}

@@ -13,12 +13,12 @@ import pytest
 import yaml
 from dotenv import dotenv_values
 
+from connectors.connect_config import CONNECTORS_DIR, worker_provider_properties
 from settings import Settings, load_settings
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = PROJECT_DIR / "infra" / "docker-compose.yml"
 ENV_EXAMPLE = PROJECT_DIR / ".env.example"
-WORKER_TEMPLATE = PROJECT_DIR / "infra" / "templates" / "connect-worker.properties"
 SERVICES = {"kafka", "kafka-connect", "minio", "minio-init", "postgres"}
 # Compose interpolation: ${VAR}, ${VAR:-default}, ${VAR:?error}, ... or $VAR; `$$` is a literal $.
 VARIABLE = re.compile(r"(?<!\$)\$(?:\{(?P<braced>\w+)(?P<modifier>[^}]*)\}|(?P<bare>[A-Za-z_]\w*))")
@@ -139,11 +139,15 @@ def test_connect_worker_matches_config(compose: dict[str, Any], external: Settin
         "OFFSET_STORAGE_TOPIC": f"{prefix}offsets",
         "STATUS_STORAGE_TOPIC": f"{prefix}status",
     }
-    # Config providers as in the embedded worker's template (CONNECT_A_B <-> a.b).
-    for line in WORKER_TEMPLATE.read_text().splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.startswith("config.providers"):
-            expected["CONNECT_" + key.upper().replace(".", "_")] = value
+    # Config providers as the embedded worker gets them: restricted to what the connector
+    # files reference (CONNECT_A_B <-> a.b).
+    for key, value in worker_provider_properties(CONNECTORS_DIR).items():
+        expected["CONNECT_" + key.upper().replace(".", "_")] = value
+    providers = {key for key in env if key.startswith("CONNECT_CONFIG_PROVIDERS")}
+    assert providers == {key for key in expected if key.startswith("CONNECT_CONFIG_")}, (
+        f"kafka-connect sets config provider variables {sorted(providers)}, the embedded "
+        f"worker {sorted(expected)}"
+    )
     wrong = {key: env.get(key) for key, value in expected.items() if env.get(key) != value}
     assert not wrong, (
         f"kafka-connect environment differs from the config: {wrong}, expected {expected}"

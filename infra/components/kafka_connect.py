@@ -6,6 +6,11 @@ import os
 from pathlib import Path
 from string import Template
 
+from connectors.connect_config import (
+    CONNECTORS_DIR,
+    provider_references,
+    worker_provider_properties,
+)
 from infra.clients import connect_get
 from infra.components import jvm
 from infra.components.base import Component, Port
@@ -14,6 +19,10 @@ from settings import project_environment
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 MODULE = "connect"  # the Maven module of infra/jvm whose class path runs the worker
 PLUGINS_MODULE = "connect-plugins"  # its plugin.path: one folder per plugin
+# What the JVM and its tools read from the environment; with the variables the connector
+# files reference, the whole environment of the worker.
+SYSTEM_VARIABLES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE",
+                              "TZ", "TMPDIR"})
 
 
 class KafkaConnect(Component):
@@ -49,6 +58,8 @@ class KafkaConnect(Component):
             rest_port=port,
             topic_prefix=self.settings.connect.internal_topic_prefix,
             plugin_path=self.layout.jvm_module(PLUGINS_MODULE),
+            config_providers="\n".join(f"{key}={value}" for key, value
+                                        in worker_provider_properties(CONNECTORS_DIR).items()),
         ))
 
     def command(self) -> list[str]:
@@ -65,9 +76,13 @@ class KafkaConnect(Component):
         ]
 
     def environment(self) -> dict[str, str]:
-        # Connectors read secrets through ${env:...}: the worker sees the project's
-        # environment, .env values included.
-        return project_environment(self.settings, os.environ)
+        """Only what the JVM needs and the variables the connector files reference (from
+        the project's environment, .env included): the S3 keys and any other secret of the
+        CLI's environment never reach a process that runs third-party plugins."""
+        variables, _files = provider_references(CONNECTORS_DIR)
+        wanted = SYSTEM_VARIABLES | variables
+        environment = project_environment(self.settings, os.environ)
+        return {name: value for name, value in environment.items() if name in wanted}
 
     def healthy(self) -> bool:
         # /connectors answers 200 only once the worker has joined its group.
