@@ -66,9 +66,9 @@ class Bronze:
         self.offset = 0
 
     def append(self, records: list[tuple[str | None, Any]], at: datetime = NOW) -> list[int]:
-        """records: (key, value) with value a dict (JSON), str (raw text) or None."""
+        """records: (key, value) with value a dict (JSON), str (raw text), bytes or None."""
         values = [json.dumps(v).encode() if isinstance(v, dict)
-                  else (v.encode() if isinstance(v, str) else None) for _, v in records]
+                  else v.encode() if isinstance(v, str) else v for _, v in records]
         offsets = list(range(self.offset, self.offset + len(records)))
         self.offset += len(records)
         schema = pa.schema(DeltaTable(self.uri, storage_options=self.storage).schema().to_arrow())
@@ -418,3 +418,31 @@ def test_pipeline_specs_and_suites_are_valid(tmp_path: Path) -> None:
     with pytest.raises(SuiteError, match=r"suite.json: expectations\[0\] \(a_present\): "
                                           r"meta.severity must be one of warn, quarantine, fail"):
         load_suite(bad_suite)
+
+
+def test_cdc_event_of_another_source_table_is_quarantined(spark: SparkSession,
+                                                          lake: Settings) -> None:
+    """An envelope of another table in the rentals topic (a misrouted or forged record) goes
+    to quarantine, stage parse, naming source.table; its LSN does not shadow later changes."""
+    table = "silver_rentals"
+    bronze = Bronze(spark, lake, table, "bikes.rentals_db.public.rentals")
+    key = json.dumps({"rental_id": 1})
+    active, done = _rental(1), _rental(1, "completed", 250)
+    payment = _event("u", 9_000, active, dict(active, status="refunded"))
+    payment["source"]["table"] = "payments"
+    unnamed = _event("u", 9_001, active, dict(active, status="lost"))
+    del unnamed["source"]["table"]
+    bronze.append([(key, _event("c", 100, None, active)), (key, payment), (key, unnamed)])
+    run_silver(spark, lake, [table], report=lambda _: None)
+    bronze.append([(key, _event("u", 200, active, done))])
+    run_silver(spark, lake, [table], report=lambda _: None)
+
+    state = _rows(lake, table)
+    assert [(r["rental_id"], r["status"], r["source_lsn"]) for r in state] == [
+        (1, "completed", 200)]
+    reasons = sorted((r["stage"], r["reason"]) for r in _rows(lake, "quarantine_rentals"))
+    assert reasons == [
+        ("parse", "source.table: event of public.?, expected public.rentals"),
+        ("parse", "source.table: event of public.payments, expected public.rentals"),
+    ]
+

@@ -21,7 +21,7 @@ RAW = {"_b_key": "key", "_b_value": "value", "_b_topic": "topic",
        "_b_kafka_timestamp": "kafka_timestamp", "_b_ingested_at": "ingested_at"}
 ENVELOPE = StructType([StructField(n, StringType()) for n in
                        ("before", "after", "source", "op", "ts_ms")])
-SOURCE = StructType([StructField(n, StringType()) for n in ("lsn", "ts_ms")])
+SOURCE = StructType([StructField(n, StringType()) for n in ("lsn", "ts_ms", "schema", "table")])
 
 
 def _text_struct(fields: list[str]) -> StructType:
@@ -30,7 +30,8 @@ def _text_struct(fields: list[str]) -> StructType:
 
 def _messages(frame: DataFrame, spec: PipelineSpec) -> DataFrame:
     """Columns `_image` (the JSON object holding the fields), `_parse_error`, `_tombstone`
-    and, for Debezium, the envelope's `_op`, `_lsn`, `_source_ts_ms` (text)."""
+    and, for Debezium, the envelope's `_op`, `_lsn`, `_source_ts_ms` (text). A Debezium
+    event of another table than the spec's `source_table` is a parse error."""
     text = F.col("_b_value").cast("string")
     if spec.format == "json":
         return frame.select("*", text.alias("_image"),
@@ -46,11 +47,17 @@ def _messages(frame: DataFrame, spec: PipelineSpec) -> DataFrame:
     op = envelope["op"]
     framed = frame.select("*", envelope.alias("_env"), F.json_object_keys(text).alias("_keys"))
     image = F.when(op == "d", F.col("_env.before")).otherwise(F.col("_env.after"))
+    # never null: a missing schema or table reads as "?" and differs from source_table
+    captured = F.concat_ws(".", F.coalesce(source["schema"], F.lit("?")),
+                           F.coalesce(source["table"], F.lit("?")))
     problem = (
         F.when(F.col("_keys").isNull(), F.lit("value is not a JSON object"))
         .when(~op.isin("c", "u", "d", "r") | op.isNull(),
               F.concat(F.lit("not a Debezium change event: op is "),
                        F.coalesce(op, F.lit("missing"))))
+        .when(captured != spec.source_table,
+              F.concat(F.lit("source.table: event of "), captured,
+                       F.lit(f", expected {spec.source_table}")))
         .when(image.isNull() | F.json_object_keys(image).isNull(),
               F.concat(F.lit("Debezium event without a row image ("),
                        F.when(op == "d", F.lit("before")).otherwise(F.lit("after")),

@@ -48,6 +48,10 @@ class PipelineSpec(BaseModel):
     # its columns in the order of `fields`
     format: Literal["json", "debezium", "csv"] = "json"
     quarantine: str = Field(pattern=r"^quarantine_[a-z0-9_]+$")
+    # debezium: the captured table, `schema.table` as in the envelope's source block. An
+    # event of any other table (a misrouted topic, a forged record) goes to quarantine
+    # instead of being merged, where its LSN would shadow later real changes of the key.
+    source_table: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_]+\.[A-Za-z0-9_]+$")
     # expectations/<suite>.json (default: the table name), or a path to a .json file
     suite: str | None = None
     # Message fields outside `fields`: quarantine the record (stage schema) or ignore them.
@@ -123,6 +127,11 @@ def _check(spec: PipelineSpec, definitions: dict[str, TableDefinition]) -> list[
         problems.append(f"event_time: no column {spec.event_time!r} in {spec.table}")
     if spec.format == "debezium" and spec.mode != "cdc_merge":
         problems.append("format: debezium change events are applied with mode cdc_merge")
+    if spec.format == "debezium" and spec.source_table is None:
+        problems.append("source_table: required for format debezium: the captured table as "
+                        "schema.table, e.g. public.rentals")
+    if spec.format != "debezium" and spec.source_table is not None:
+        problems.append(f"source_table: only for format debezium, not {spec.format}")
     if not spec.suite_path.is_file():
         problems.append(f"suite: no expectation suite {spec.suite_path}")
     return problems
