@@ -446,3 +446,21 @@ def test_cdc_event_of_another_source_table_is_quarantined(spark: SparkSession,
         ("parse", "source.table: event of public.payments, expected public.rentals"),
     ]
 
+
+def test_invalid_utf8_is_quarantined_not_replaced(spark: SparkSession, lake: Settings) -> None:
+    """A Latin-1 byte inside a JSON string is not read as U+FFFD into silver: the record
+    goes to quarantine (stage parse, reason invalid utf-8) with its bytes unchanged."""
+    table = "silver_station_status"
+    bronze = Bronze(spark, lake, table, "bikes.station_status")
+    latin1 = json.dumps(_status("s1", system_id="s\u00e9ville"),
+                        ensure_ascii=False).encode("latin-1")
+    valid = json.dumps(_status("s2", system_id="s\u00e9ville"), ensure_ascii=False).encode()
+    bronze.append([("bad", latin1), ("good", valid)])
+    run_silver(spark, lake, [table], report=lambda _: None)
+
+    assert [(r["station_id"], r["system_id"]) for r in _rows(lake, table)] == [
+        ("s2", "s\u00e9ville")]
+    quarantine = _rows(lake, "quarantine_station_status")
+    assert [(r["raw_key"], r["stage"]) for r in quarantine] == [(b"bad", "parse")]
+    assert quarantine[0]["reason"].startswith("invalid utf-8")
+    assert quarantine[0]["raw_value"] == latin1

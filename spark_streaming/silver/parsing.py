@@ -72,6 +72,18 @@ def _messages(frame: DataFrame, spec: PipelineSpec) -> DataFrame:
         op.alias("_op"), source["lsn"].alias("_lsn"), source["ts_ms"].alias("_source_ts_ms"))
 
 
+def _strict_utf8(messages: DataFrame) -> DataFrame:
+    """A value whose bytes are not UTF-8 is a parse error. Spark decodes them leniently (a
+    bad byte becomes U+FFFD), so without this check the record would be stored with a
+    silently altered string; quarantine keeps the original bytes."""
+    value = F.col("_b_value")
+    bad = value.isNotNull() & ~F.is_valid_utf8(value.cast("string"))
+    return messages.withColumn(
+        "_parse_error",
+        F.when(bad, F.lit("invalid utf-8 in the record value (quarantined with its raw bytes)"))
+        .otherwise(F.col("_parse_error")))
+
+
 def _csv_lines(frame: DataFrame, spec: PipelineSpec, text: Column) -> DataFrame:
     """One CSV line per record, columns in the order of `fields` (RFC 4180 quoting). The
     line becomes a JSON object of its columns, so typing is the same as for JSON. A header
@@ -107,7 +119,7 @@ def _mode_columns(spec: PipelineSpec, typed: dict[str, Column]) -> dict[str, Col
 def parse(bronze: DataFrame, spec: PipelineSpec, table: TableDefinition) -> DataFrame:
     """Annotated rows (see the module docstring) for one bronze micro-batch."""
     raw = bronze.select(*[F.col(source).alias(name) for name, source in RAW.items()])
-    messages = _messages(raw, spec)
+    messages = _strict_utf8(_messages(raw, spec))
     fields = list(spec.fields)
     values = F.from_json(F.col("_image"), _text_struct(fields))
     keys = F.json_object_keys(F.col("_image"))
