@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import requests
+from botocore.exceptions import ClientError
 
 from infra.clients import s3_client
 from infra.components.base import Component, Port, StackError
@@ -119,7 +120,13 @@ class SeaweedFs(Component):
         existing = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
         for bucket in self.buckets():
             if bucket not in existing:
-                client.create_bucket(Bucket=bucket)
+                try:
+                    client.create_bucket(Bucket=bucket)
+                except ClientError as exc:
+                    # `-bucket` makes the server create them too, in the background: the
+                    # listing above may predate that (seen on a loaded machine)
+                    if exc.response["Error"]["Code"] != "BucketAlreadyOwnedByYou":
+                        raise
 
     def version(self) -> str:
         out = subprocess.run([str(self.binary), "version"], capture_output=True, text=True,
