@@ -50,7 +50,7 @@ def catalog_unreachable(settings: Settings, exc: psycopg.Error) -> ConfigError:
 
 def registered_tables(settings: Settings) -> dict[str, str]:
     """Catalog name -> location of every table in the metastore (empty before the first
-    Spark session created the metastore's schema)."""
+    Spark session created the metastore's database and schema)."""
     pg = settings.postgres
     try:
         kwargs = pg.dsn_kwargs()
@@ -65,4 +65,12 @@ def registered_tables(settings: Settings) -> dict[str, str]:
             return {f"{db}.{table}": location
                     for db, table, location in conn.execute(_REGISTERED).fetchall()}
     except psycopg.Error as exc:
+        if _no_such_database(exc, pg.metastore_database):
+            return {}  # a fresh stack: the first Spark session creates it
         raise catalog_unreachable(settings, exc) from None
+
+
+def _no_such_database(exc: psycopg.Error, name: str) -> bool:
+    """PostgreSQL's invalid_catalog_name (3D000); at connect time psycopg may carry only the
+    server's message, so that is checked too."""
+    return exc.sqlstate == "3D000" or f'database "{name}" does not exist' in str(exc)

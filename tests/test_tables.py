@@ -23,6 +23,7 @@ from pyspark.sql import SparkSession
 
 from infra.clients import kafka_admin, kafka_config, s3_client
 from infra.stack import Stack
+from lakehouse.catalog import registered_tables
 from lakehouse.definitions import load_definitions
 from lakehouse.maintenance import maintain_table
 from lakehouse.storage import delta_path_sql, spark_uri, storage_options
@@ -447,3 +448,12 @@ def test_bronze_definition_fits_the_bronze_job_both_ways(
     assert apply_plan(spark, plan, root.storage, lambda _m: None).status == "converged"
     assert plan_table(made_by_job, root.uri, root.storage).in_sync
     assert root.table(made_by_job.name).to_pyarrow_dataset().count_rows() == 5
+
+
+def test_a_fresh_stack_without_a_metastore_database_has_nothing_registered(
+        stack: Stack, settings: Settings) -> None:
+    """Before any Spark session created the metastore database, planning (`tables diff`,
+    the first step of `make ingest` on a new machine) sees an empty catalog, not an error."""
+    missing = settings.postgres.model_copy(
+        update={"metastore_database": f"metastore_{uuid.uuid4().hex[:8]}"})
+    assert registered_tables(settings.model_copy(update={"postgres": missing})) == {}
