@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import json
+import os
 import shutil
 import sys
 import time
@@ -160,20 +161,33 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, servers_only:
             click.echo(json.dumps(report.as_dict(), indent=2, default=str))
         else:
             Console(highlight=False).print(_render_report(report))
-        sys.exit(0 if report.servers_up else 1)
+        _exit_status(report.servers_up, abandoned=bool(report.late))
     from rich.live import Live
 
-    report = status_report.gather(settings, thresholds)
-    try:
-        with Live(_render_report(report), console=Console(highlight=False),
-                  auto_refresh=False, screen=False) as live:
+    servers_up = False
+    try:  # Ctrl-C is how a watch ends: no traceback, the last report's exit code
+        with Live(console=Console(highlight=False), auto_refresh=False) as live:
             while True:
-                time.sleep(watch)
                 report = status_report.gather(settings, thresholds)
+                servers_up = report.servers_up
                 live.update(_render_report(report), refresh=True)
+                time.sleep(watch)
     except KeyboardInterrupt:
         pass
-    sys.exit(0 if report.servers_up else 1)
+    _exit_status(servers_up, abandoned=True)
+
+
+def _exit_status(servers_up: bool, abandoned: bool) -> None:
+    """Exit 0 when every server is up, else 1. With a part's threads left behind (past the
+    deadline, or a watch stopped mid-gather), leave without interpreter shutdown: it would
+    wait for them, and native code (delta-rs, librdkafka) torn down under a running thread
+    can crash the process; a status has nothing to clean up."""
+    code = 0 if servers_up else 1
+    if not abandoned:
+        sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _thresholds(values: tuple[str, ...]) -> dict[str, float | None]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -51,6 +52,8 @@ class Section:
 class StatusReport:
     profile: str
     generated_at: float
+    gathered_in_seconds: float
+    late: list[str]  # parts still running past the deadline (their threads left behind)
     servers: Section
     sources: Section
     connectors: Section
@@ -68,7 +71,12 @@ class StatusReport:
 
 # -- servers ----------------------------------------------------------------------------
 def servers_section(settings: Settings) -> Section:
-    return Section(items=[row.__dict__ for row in Stack(settings).status()])
+    """Each server's state, as `Stack.status` tells it, the servers asked side by side
+    (one slow health check or version probe must not add up with the others)."""
+    stack = Stack(settings)
+    with ThreadPoolExecutor(max_workers=len(stack.components) or 1) as pool:
+        rows = list(pool.map(lambda c: c.status(stack.managed), stack.components))
+    return Section(items=[row.__dict__ for row in rows])
 
 
 # -- Kafka: topics, consumers, sources --------------------------------------------------
@@ -196,8 +204,9 @@ def tables_section(settings: Settings,
 # -- all --------------------------------------------------------------------------------
 def gather(settings: Settings, stale_after: dict[str, float | None] | None = None,
            deadline: float = DEADLINE_SECONDS) -> StatusReport:
-    """Every part at once, each in a daemon thread (one that hangs past the deadline is
-    left behind and reported, and does not hold the process at exit)."""
+    """Every part at once, each in a daemon thread; a pipeline part that hangs past the
+    deadline is left behind and reported (a daemon does not hold the process at exit). The
+    servers are always waited for: their states decide the exit code."""
     results: dict[str, Any] = {}
 
     def run(name: str, work: Any) -> None:
@@ -217,10 +226,15 @@ def gather(settings: Settings, stale_after: dict[str, float | None] | None = Non
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(max(deadline - (time.monotonic() - began), 0))
+        if thread.name == "status-servers":
+            thread.join()  # bounded by the health checks' own timeouts; decides the exit code
+        else:
+            thread.join(max(deadline - (time.monotonic() - began), 0))
     late = Section.unavailable(f"no answer within {deadline:.0f} s")
     topics, sources = results.get("kafka", (late, late))
     return StatusReport(profile=settings.profile, generated_at=time.time(),
+                        gathered_in_seconds=round(time.monotonic() - began, 3),
+                        late=[t.name.removeprefix("status-") for t in threads if t.is_alive()],
                         servers=results.get("servers", late), sources=sources,
                         connectors=results.get("connectors", late), topics=topics,
                         tables=results.get("tables", late))

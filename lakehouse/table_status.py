@@ -8,9 +8,12 @@ OPTIMIZE or a property change does not make data fresh) against a threshold per 
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
@@ -25,13 +28,49 @@ from settings import Settings
 # so their age says nothing (None: not checked).
 DEFAULT_STALE_AFTER_MINUTES: dict[str, float | None] = {
     "bronze": 60, "silver": 60, "gold": 120, "quarantine": None, "quality": None}
-HISTORY_LIMIT = 200  # commits read per table: enough for an hour of 10 s triggers
+HISTORY_LIMIT = 120  # commits read per table (one object each): 20 min of 10 s triggers
 # Commits that write no new data (their time is not the data's freshness).
 _MAINTENANCE = ("OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "ADD CONSTRAINT",
                 "DROP CONSTRAINT", "CREATE TABLE", "CREATE OR REPLACE TABLE", "ADD COLUMNS",
                 "CHANGE COLUMN", "RESTORE", "FSCK", "UPDATE FIELD METADATA")
 # operationMetrics keys that count new rows: Spark's writes and MERGE, delta-rs's writes.
 _ADDED_ROWS_KEYS = ("numOutputRows", "numTargetRowsInserted", "num_added_rows")
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def _map_in_daemons(work: Callable[[T], R], items: list[T], workers: int) -> list[R]:
+    """`work` over `items` in daemon threads, results in order. Not a ThreadPoolExecutor:
+    its threads are joined at interpreter exit, so a caller that gave up waiting (a status
+    past its deadline, S3 answering slowly) would still wait for them when exiting."""
+    todo: queue.Queue[tuple[int, T]] = queue.Queue()
+    for index, item in enumerate(items):
+        todo.put((index, item))
+    results: dict[int, R] = {}
+    failures: list[BaseException] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                index, item = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                results[index] = work(item)
+            except BaseException as exc:  # handed to the caller below
+                failures.append(exc)
+
+    threads = [threading.Thread(target=drain, daemon=True, name=f"table-status-{n}")
+               for n in range(max(min(workers, len(items)), 1))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+    return [results[i] for i in range(len(items))]
 
 
 @dataclass
@@ -141,10 +180,9 @@ def read_table_statuses(settings: Settings, definitions: list[TableDefinition],
     in the definitions' order; silver tables carry their quarantine table's row count."""
     thresholds = {**DEFAULT_STALE_AFTER_MINUTES, **(stale_after or {})}
     moment = time.time() if now is None else now
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        statuses = list(pool.map(
-            lambda d: read_table_status(settings, d, moment, thresholds.get(d.layer)),
-            definitions))
+    statuses = _map_in_daemons(
+        lambda d: read_table_status(settings, d, moment, thresholds.get(d.layer)),
+        definitions, workers)
     by_name = {s.table: s for s in statuses}
     for definition, status in zip(definitions, statuses, strict=True):
         quarantine = quarantine_of(definition, set(by_name))
