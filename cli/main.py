@@ -165,13 +165,22 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, servers_only:
     from rich.live import Live
 
     servers_up = False
+    out = Console(highlight=False)
     try:  # Ctrl-C is how a watch ends: no traceback, the last report's exit code
-        with Live(console=Console(highlight=False), auto_refresh=False) as live:
-            while True:
-                report = status_report.gather(settings, thresholds)
-                servers_up = report.servers_up
-                live.update(_render_report(report), refresh=True)
-                time.sleep(watch)
+        if out.is_terminal:
+            with Live(console=out, auto_refresh=False) as live:
+                while True:
+                    report = status_report.gather(settings, thresholds)
+                    servers_up = report.servers_up
+                    live.update(_render_report(report), refresh=True)
+                    time.sleep(watch)
+        while True:  # not a terminal (a file, a pipe): one report after another
+            report = status_report.gather(settings, thresholds)
+            servers_up = report.servers_up
+            out.print(f"-- {time.strftime('%H:%M:%S')} --")
+            out.print(_render_report(report))
+            sys.stdout.flush()
+            time.sleep(watch)
     except KeyboardInterrupt:
         pass
     _exit_status(servers_up, abandoned=True)

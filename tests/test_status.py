@@ -125,14 +125,24 @@ def test_status_with_nothing_reachable_says_why(tmp_path: Path) -> None:
 
 
 def test_status_watch_refreshes_until_ctrl_c(tmp_path: Path) -> None:
+    """Not a terminal here, so each refresh is printed after the previous one; Ctrl-C after
+    the second ends the watch without a traceback."""
     command = [sys.executable, "-m", "cli.main", "--profile", TEST_PROFILE, "status",
                "--watch", "1"]
     environment = {**os.environ, **_unreachable_env(tmp_path), "COLUMNS": "160"}
+    seen: list[str] = []
     with subprocess.Popen(command, cwd=PROJECT_DIR, env=environment, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
-        time.sleep(12)  # the CLI's start on a busy machine, then refreshes
+        assert process.stdout is not None
+        deadline = time.monotonic() + 180  # the CLI's start on a busy CI machine
+        while sum(line.startswith("-- ") for line in seen) < 2:
+            assert time.monotonic() < deadline, "".join(seen)
+            line = process.stdout.readline()
+            assert line, f"status --watch ended early: {''.join(seen)}"
+            seen.append(line)
         process.send_signal(signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=30)
+        rest, stderr = process.communicate(timeout=60)
+    stdout = "".join(seen) + rest
     assert process.returncode == 1, stderr  # the servers are not up
     assert "Traceback" not in stderr, stderr
     assert "topics: unavailable" in stdout and "servers (profile test)" in stdout
