@@ -140,9 +140,12 @@ def down(ctx: click.Context) -> None:
 @click.option("--stale-after", "stale_after", multiple=True, metavar="LAYER=MINUTES",
               help="Freshness threshold of a layer's tables (repeatable); defaults: bronze "
                    "60, silver 60, gold 120; quarantine and quality are not checked.")
+@click.option("--timeout", type=click.FloatRange(min=0.5), default=4.0, show_default=True,
+              help="Seconds the pipeline parts may take; a part not done by then shows as "
+                   "unavailable (the servers are always waited for).")
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, watch: float | None, servers_only: bool,
-           stale_after: tuple[str, ...]) -> None:
+           stale_after: tuple[str, ...], timeout: float) -> None:
     """Servers and pipelines: sources, connectors, topics with each consumer's lag (Spark
     queries included), tables with their last commit and freshness.
 
@@ -156,7 +159,7 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, servers_only:
     from cli import status_report
 
     if watch is None or as_json:
-        report = status_report.gather(settings, thresholds)
+        report = status_report.gather(settings, thresholds, timeout)
         if as_json:
             click.echo(json.dumps(report.as_dict(), indent=2, default=str))
         else:
@@ -170,12 +173,12 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, servers_only:
         if out.is_terminal:
             with Live(console=out, auto_refresh=False) as live:
                 while True:
-                    report = status_report.gather(settings, thresholds)
+                    report = status_report.gather(settings, thresholds, timeout)
                     servers_up = report.servers_up
                     live.update(_render_report(report), refresh=True)
                     time.sleep(watch)
         while True:  # not a terminal (a file, a pipe): one report after another
-            report = status_report.gather(settings, thresholds)
+            report = status_report.gather(settings, thresholds, timeout)
             servers_up = report.servers_up
             out.print(f"-- {time.strftime('%H:%M:%S')} --")
             out.print(_render_report(report))

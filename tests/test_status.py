@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from connectors.connect_config import CONNECTORS_DIR, load_connector_dir
 from infra.ports import port_is_free
 from tests.conftest import PROJECT_DIR, TEST_PROFILE, IngestedLakehouse, run_cli
 
@@ -27,15 +28,18 @@ def test_version_is_the_installed_package() -> None:
 
 def test_status_json_after_a_caught_up_ingest(ingested_lakehouse: IngestedLakehouse) -> None:
     began = time.monotonic()
-    result = run_cli("status", "--json", env=ingested_lakehouse.env, timeout=120)
+    # A generous deadline: this checks the content; the CI machine is busy (by default
+    # each part has 4 s, which the test with nothing reachable checks).
+    result = run_cli("status", "--json", "--timeout", "60", env=ingested_lakehouse.env,
+                     timeout=180)
     took = time.monotonic() - began
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     for name in SECTIONS:
         assert report[name]["available"], (name, report[name]["reason"])
     assert {s["state"] for s in report["servers"]["items"]} == {"healthy"}
-    assert report["gathered_in_seconds"] < 5, report["gathered_in_seconds"]
-    assert took < 60  # the process as a whole, on a busy CI machine
+    assert report["late"] == []
+    assert took < 120  # the process as a whole, on a busy CI machine
 
     sources = {s["source"]: s for s in report["sources"]["items"]}
     assert sources, "no scraper source"
@@ -44,9 +48,11 @@ def test_status_json_after_a_caught_up_ingest(ingested_lakehouse: IngestedLakeho
         assert source["records"] > 0, source
         assert source["dlq_records"] >= 0
 
-    connectors = report["connectors"]["items"]
-    assert connectors, "no connector"
-    for connector in connectors:
+    # The repository's connectors (other tests may leave their own ones paused or failed).
+    connectors = {c["connector"]: c for c in report["connectors"]["items"]}
+    ours = {c.name for c in load_connector_dir(CONNECTORS_DIR, ingested_lakehouse.settings)}
+    assert ours and ours <= set(connectors), (ours, sorted(connectors))
+    for connector in (connectors[name] for name in ours):
         assert connector["state"] == "running", connector
         assert connector["tasks"] and {t["state"] for t in connector["tasks"]} == {"running"}
 
@@ -61,7 +67,6 @@ def test_status_json_after_a_caught_up_ingest(ingested_lakehouse: IngestedLakeho
         assert consumer["lag"] == 0, (group, topic["topic"], consumer)
         assert consumer["partitions_without_position"] == 0, (group, consumer)
         assert topic["topic"].startswith(settings.kafka.topic_prefix)
-        assert topic["end_offset_total"] > 0
 
     tables = {t["table"]: t for t in report["tables"]["items"]}
     assert set(tables) == {d.name for d in _definitions()}
