@@ -131,7 +131,8 @@ def down(ctx: click.Context) -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True,
-              help="Print every section as one JSON object on stdout.")
+              help="Print every section as one JSON object on stdout (with --watch: one "
+                   "object a line per refresh).")
 @click.option("--watch", "watch", type=click.FloatRange(min=1), default=None,
               is_flag=False, flag_value=5.0, metavar="[SECONDS]",
               help="Refresh in place every SECONDS (default 5) until Ctrl-C.")
@@ -158,7 +159,7 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, servers_only:
     thresholds = _thresholds(stale_after)
     from cli import status_report
 
-    if watch is None or as_json:
+    if watch is None:
         report = status_report.gather(settings, thresholds, timeout)
         if as_json:
             click.echo(json.dumps(report.as_dict(), indent=2, default=str))
@@ -170,18 +171,21 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, servers_only:
     servers_up = False
     out = Console(highlight=False)
     try:  # Ctrl-C is how a watch ends: no traceback, the last report's exit code
-        if out.is_terminal:
+        if out.is_terminal and not as_json:
             with Live(console=out, auto_refresh=False) as live:
                 while True:
                     report = status_report.gather(settings, thresholds, timeout)
                     servers_up = report.servers_up
                     live.update(_render_report(report), refresh=True)
                     time.sleep(watch)
-        while True:  # not a terminal (a file, a pipe): one report after another
+        while True:  # JSON (one object a line) or not a terminal: one report after another
             report = status_report.gather(settings, thresholds, timeout)
             servers_up = report.servers_up
-            out.print(f"-- {time.strftime('%H:%M:%S')} --")
-            out.print(_render_report(report))
+            if as_json:
+                click.echo(json.dumps(report.as_dict(), default=str))
+            else:
+                out.print(f"-- {time.strftime('%H:%M:%S')} --")
+                out.print(_render_report(report))
             sys.stdout.flush()
             time.sleep(watch)
     except KeyboardInterrupt:
