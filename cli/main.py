@@ -7,7 +7,9 @@ import importlib.metadata
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 
 import click
@@ -170,26 +172,25 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, servers_only:
 
     servers_up = False
     out = Console(highlight=False)
-    try:  # Ctrl-C is how a watch ends: no traceback, the last report's exit code
-        if out.is_terminal and not as_json:
-            with Live(console=out, auto_refresh=False) as live:
-                while True:
-                    report = status_report.gather(settings, thresholds, timeout)
-                    servers_up = report.servers_up
-                    live.update(_render_report(report), refresh=True)
-                    time.sleep(watch)
-        while True:  # JSON (one object a line) or not a terminal: one report after another
+    # Ctrl-C / SIGTERM end the watch after the report being gathered: a flag, not a
+    # KeyboardInterrupt, which can land in a library's callback and be swallowed there.
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    live = Live(console=out, auto_refresh=False) if out.is_terminal and not as_json else None
+    with live or contextlib.nullcontext():
+        while not stop.is_set():
             report = status_report.gather(settings, thresholds, timeout)
             servers_up = report.servers_up
-            if as_json:
+            if live is not None:
+                live.update(_render_report(report), refresh=True)
+            elif as_json:  # one object a line
                 click.echo(json.dumps(report.as_dict(), default=str))
-            else:
+            else:  # not a terminal (a file, a pipe): one report after another
                 out.print(f"-- {time.strftime('%H:%M:%S')} --")
                 out.print(_render_report(report))
             sys.stdout.flush()
-            time.sleep(watch)
-    except KeyboardInterrupt:
-        pass
+            stop.wait(watch)
     _exit_status(servers_up, abandoned=True)
 
 
