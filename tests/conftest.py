@@ -103,7 +103,7 @@ def read_delta(settings: Settings, name: str, columns: list[str] | None = None) 
     uri = table_uri(settings, name)
     table = DeltaTable(uri, storage_options=storage_options(settings, uri))
     data = table.to_pyarrow_dataset().to_table(columns=columns)
-    del table  # see DESIGN.md: dropping the table object avoids an abort at exit
+    del table  # see docs/architecture.md: dropping it here avoids an abort at exit
     return data
 
 

@@ -17,6 +17,10 @@ class SourceState:
         if self.path.exists():
             self._marks = {k: int(v) for k, v in json.loads(self.path.read_text()).items()}
 
+    def marks(self) -> dict[str, int]:
+        """Every mark (a copy): what `lakehouse status` shows as the source's progress."""
+        return dict(self._marks)
+
     def get(self, name: str) -> int | None:
         return self._marks.get(name)
 
