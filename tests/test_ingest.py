@@ -3,12 +3,23 @@ simulator and PostgreSQL in, every Delta layer out."""
 
 from __future__ import annotations
 
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pyarrow.compute as pc
 
 from connectors.rentals.database import connect
-from tests.conftest import IngestedLakehouse, read_delta
+from infra.stack import Stack
+from tests.conftest import PROJECT_DIR, TEST_PROFILE, IngestedLakehouse, read_delta
 
 
 def test_ingest_until_caught_up_fills_every_layer(
@@ -78,3 +89,52 @@ def test_ingest_until_caught_up_fills_every_layer(
     assert set(availability["station_id"].to_pylist()) == set(expected)
     assert read_delta(scoped, "gold_system_utilisation_hourly").num_rows >= 1
     assert read_delta(scoped, "gold_rentals_daily_weather").num_rows >= 1
+
+
+def _lines_of(process: subprocess.Popen[str]) -> queue.Queue[str]:
+    """The process's output lines as they come (a reader thread; None at the end)."""
+    lines: queue.Queue = queue.Queue()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def test_ctrl_c_stops_a_running_ingest_cleanly(stack: Stack, tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the terminal's process group) while every query runs: the
+    queries stop, the command says so and exits 0, and no traceback reaches the terminal."""
+    env = {**os.environ,
+           "LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": f"test-ctrlc/{uuid.uuid4().hex[:8]}",
+           "LAKEHOUSE_LAKEHOUSE__CHECKPOINT_DIR": str(tmp_path / "checkpoints")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "--profile", TEST_PROFILE, "ingest",
+         "--skip", "connectors", "--skip", "rentals", "--interval", "2 seconds"],
+        cwd=PROJECT_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True)
+    lines = _lines_of(process)
+    output: list[str] = []
+    try:
+        deadline = time.monotonic() + 400
+        running = re.compile(r"bronze_\w+: batch \d+")  # a query reported a micro-batch
+        while not any(running.search(line) for line in output):
+            assert time.monotonic() < deadline, "no query ran within 400 s:\n" + "".join(output)
+            line = lines.get(timeout=max(deadline - time.monotonic(), 0.1))
+            assert line is not None, "ingest ended before Ctrl-C:\n" + "".join(output)
+            output.append(line)
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(timeout=180)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    while (line := lines.get(timeout=10)) is not None:
+        output.append(line)
+    text = "".join(output)
+    assert process.returncode == 0, text[-4000:]
+    assert "ingest stopped cleanly" in text
+    assert "Traceback" not in text and "Exception" not in text, text[-4000:]
