@@ -108,8 +108,11 @@ def _lines_of(process: subprocess.Popen[str]) -> queue.Queue[str]:
 def test_ctrl_c_stops_a_running_ingest_cleanly(stack: Stack, tmp_path: Path) -> None:
     """Ctrl-C (SIGINT to the terminal's process group) while every query runs: the
     queries stop, the command says so and exits 0, and no traceback reaches the terminal."""
-    env = {**os.environ,
-           "LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": f"test-ctrlc/{uuid.uuid4().hex[:8]}",
+    # Its own topics, tables and checkpoints: the scrapers it runs must not add records
+    # to the topics of the shared ingest, whose consumers later tests expect caught up.
+    run = uuid.uuid4().hex[:8]
+    env = {**os.environ, "LAKEHOUSE_KAFKA__TOPIC_PREFIX": f"ctrlc{run}.",
+           "LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": f"test-ctrlc/{run}",
            "LAKEHOUSE_LAKEHOUSE__CHECKPOINT_DIR": str(tmp_path / "checkpoints")}
     process = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "--profile", TEST_PROFILE, "ingest",

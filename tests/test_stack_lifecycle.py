@@ -15,7 +15,7 @@ EXPECTED_VERSIONS = {"seaweedfs": "4.48", "kafka": KAFKA_VERSION, "kafka-connect
 
 
 def test_status_reports_every_component_healthy(stack: Stack) -> None:
-    result = run_cli("status", "--json")
+    result = run_cli("status", "--servers-only", "--json")
     assert result.returncode == 0, result.stderr
     rows = {row["name"]: row for row in json.loads(result.stdout)}
     assert set(rows) == {"seaweedfs", "kafka", "kafka-connect", "postgres"}
@@ -61,7 +61,7 @@ def test_dead_component_is_restarted_by_up(stack: Stack) -> None:
     assert old_pid is not None
     psutil.Process(old_pid).kill()
     psutil.Process(old_pid).wait(10)
-    result = run_cli("status", "--json")
+    result = run_cli("status", "--servers-only", "--json")
     assert result.returncode == 1  # not everything is up
     assert {r["name"]: r["state"] for r in json.loads(result.stdout)}["kafka"] == "stopped"
     result = run_cli("up")
