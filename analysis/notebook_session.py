@@ -1,5 +1,5 @@
-"""What the first cell of every SQL notebook calls: the project's SparkSession with every
-lakehouse table (and dbt mart) registered as a `global_temp` view, ready for jupysql."""
+"""What the first cell of every SQL notebook calls: the project's SparkSession on the shared
+catalog (`silver.rentals`, `marts.dim_station`, ...), ready for jupysql."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ QUIET_JUPYSQL_ENV = {"PLOOMBER_STATS_ENABLED": "false", "PLOOMBER_VERSION_CHECK_
 
 def lakehouse_spark(app_name: str = "lakehouse-notebook") -> SparkSession:
     """Build the session from the active profile (LAKEHOUSE_PROFILE and LAKEHOUSE_* overrides
-    apply as for the CLI) and register the lakehouse views; prints what it registered."""
-    from analysis.lakehouse_views import register_lakehouse_views
+    apply as for the CLI); prints the catalog's databases."""
     from settings import load_settings
     from spark_streaming.session import build_spark_session
 
@@ -22,7 +21,6 @@ def lakehouse_spark(app_name: str = "lakehouse-notebook") -> SparkSession:
         os.environ.setdefault(key, value)
     settings = load_settings()
     spark = build_spark_session(settings, app_name=app_name)
-    names = register_lakehouse_views(spark, settings)
-    print(f"profile {settings.profile}: {len(names)} tables of {settings.tables_uri} "
-          "registered as global_temp.<name>")
+    databases = sorted(row[0] for row in spark.sql("SHOW DATABASES").collect())
+    print(f"profile {settings.profile}: catalog databases {', '.join(databases)}")
     return spark

@@ -1,5 +1,5 @@
-"""`lakehouse transform`: Spark, the lakehouse views, `dbt build`, source freshness and the
-docs catalog, in one process, with the time each step took."""
+"""`lakehouse transform`: Spark over the shared catalog, `dbt build`, the docs catalog and
+source freshness, in one process, with the time each step took."""
 
 from __future__ import annotations
 
@@ -11,13 +11,10 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from analysis.dbt_project import DbtOutcome, DbtPaths, TransformError, prepare_project, run_dbt
-from analysis.lakehouse_views import lakehouse_table_names, register_lakehouse_views
+from lakehouse.catalog import registered_tables
 from settings import Settings
 
 Report = Callable[[str], None]
-# Staging and intermediate models are session views: recreated before every command so a
-# `--select` of a mart still finds its inputs.
-VIEW_MODELS = "config.materialized:lakehouse_view"
 
 
 @dataclass
@@ -44,31 +41,28 @@ def _check(outcome: DbtOutcome, report: Report) -> None:
         raise TransformError(f"dbt {outcome.command} failed:\n  {lines}")
 
 
+# catalog databases the streaming ingest writes (the marts' databases are dbt's)
+_INGEST_LAYERS = ("bronze", "silver", "gold", "quarantine", "quality")
+
+
 @contextmanager
 def analysis_session(settings: Settings, result: TransformResult,
                      report: Report) -> Iterator[tuple[SparkSession, DbtPaths]]:
-    """A SparkSession with every lakehouse table and dbt view model registered."""
+    """A SparkSession on the shared catalog, and the dbt project ready to run in it."""
     from spark_streaming.session import build_spark_session
 
     paths = prepare_project(settings)
-    try:
-        tables = lakehouse_table_names(settings)
-    except OSError as exc:
-        raise TransformError(f"cannot list the lakehouse tables at {settings.tables_uri} "
-                             f"({exc}); is the stack up (`make up`)?") from exc
-    if not tables:
-        raise TransformError(f"no Delta tables under {settings.tables_uri}: run `make ingest` "
-                             "(or `lakehouse ingest --until-caught-up`) first")
+    result.tables = sorted(name for name in registered_tables(settings)
+                           if name.split(".", 1)[0] in _INGEST_LAYERS)
+    if not result.tables:
+        raise TransformError(
+            "the table catalog has no lakehouse tables (metastore database "
+            f"{settings.postgres.metastore_database!r}): run `make ingest` (or `lakehouse "
+            "ingest --until-caught-up`) first")
     with _timed(result, "spark_start"):
         spark = build_spark_session(settings, app_name="lakehouse-transform")
     try:
-        with _timed(result, "view_registration"):
-            result.tables = register_lakehouse_views(spark, settings, tables)
-            report(f"{len(result.tables)} lakehouse tables registered as global_temp views "
-                   f"({settings.tables_uri})")
-            restored = run_dbt(settings, paths, ["run", "--quiet", "--select", VIEW_MODELS])
-            if not restored.success:
-                report("some staging views could not be created yet; the build makes them")
+        report(f"{len(result.tables)} lakehouse tables in the catalog")
         yield spark, paths
     finally:
         spark.stop()
@@ -80,7 +74,7 @@ def transform(settings: Settings, dbt_args: list[str], report: Report, *,
     result = TransformResult()
     with analysis_session(settings, result, report) as (_, paths):
         with _timed(result, "dbt_build"):
-            outcome = run_dbt(settings, paths, ["build", *dbt_args])
+            outcome = run_dbt(paths, ["build", *dbt_args])
             result.outcomes.append(outcome)
             _check(outcome, report)
         # docs first: a stale source fails the command, but the site still gets built
@@ -89,7 +83,7 @@ def transform(settings: Settings, dbt_args: list[str], report: Report, *,
                 generate_docs(settings, paths, report, result)
         if freshness:
             with _timed(result, "source_freshness"):
-                outcome = run_dbt(settings, paths, ["source", "freshness"])
+                outcome = run_dbt(paths, ["source", "freshness"])
                 result.outcomes.append(outcome)
                 _check(outcome, report)
     return result
@@ -97,7 +91,7 @@ def transform(settings: Settings, dbt_args: list[str], report: Report, *,
 
 def generate_docs(settings: Settings, paths: DbtPaths, report: Report,
                   result: TransformResult) -> None:
-    outcome = run_dbt(settings, paths, ["docs", "generate"])
+    outcome = run_dbt(paths, ["docs", "generate"])
     result.outcomes.append(outcome)
     _check(outcome, report)
     report(f"docs site files in {paths.target_dir} (`lakehouse docs` serves them)")

@@ -39,10 +39,10 @@ def transform(ctx: click.Context, select: tuple[str, ...], exclude: tuple[str, .
               timings_json: bool, dbt_build_args: tuple[str, ...]) -> None:
     """Build the dbt models over the lakehouse tables (`dbt build`: models and tests).
 
-    Starts Spark, registers every Delta table under the lakehouse root as a view in
-    `global_temp`, generates dbt/models/lakehouse from the table definitions, then runs
-    `dbt build`, `dbt docs generate` and `dbt source freshness` in this process. Marts are
-    Delta tables next to the lakehouse tables. Exits 1 when a model or test fails.
+    Generates dbt/models/lakehouse from the table definitions, starts Spark on the shared
+    catalog, then runs `dbt build`, `dbt docs generate` and `dbt source freshness` in this
+    process (dbt/profiles.yml, target `session`). Marts are Delta tables in the catalog
+    database `marts`. Exits 1 when a model or test fails.
 
     More `dbt build` options go after `--`, e.g. `lakehouse transform -- --fail-fast`.
     """
@@ -79,7 +79,7 @@ def transform(ctx: click.Context, select: tuple[str, ...], exclude: tuple[str, .
 def docs(ctx: click.Context, port: int | None, no_generate: bool) -> None:
     """Generate the dbt docs site and serve it on 127.0.0.1 until Ctrl-C.
 
-    Generating starts Spark, registers the lakehouse views and runs `dbt docs generate`, so
+    Generating starts Spark on the shared catalog and runs `dbt docs generate`, so
     the catalog shows the current columns of every table; the site is the model list, each
     model's page and the lineage graph from the Kafka sources to the marts.
     """

@@ -79,10 +79,25 @@ def prepare(settings: Settings, options: IngestOptions, report: Report) -> None:
         run_step(settings, report, "up")
     run_step(settings, report, "topics", "apply")
     run_step(settings, report, "tables", "apply")
+    write_dbt_sources(settings, report)
     if embedded and "rentals" not in options.skip:
         run_step(settings, report, "rentals", "seed")
     if "connectors" not in options.skip:
         run_step(settings, report, "connectors", "apply", "--wait")
+
+
+def write_dbt_sources(settings: Settings, report: Report) -> None:
+    """dbt/models/lakehouse from the table definitions, so a plain `dbt build` in dbt/
+    finds the tables this ingest writes (`lakehouse transform` writes them as well)."""
+    from analysis.dbt_project import TransformError, prepare_project
+
+    try:
+        changed = prepare_project(settings).changed
+    except TransformError as exc:
+        report(f"dbt sources not written: {exc}")
+        return
+    if changed:
+        report(f"dbt: {len(changed)} generated files of dbt/models/lakehouse updated")
 
 
 def start_simulator(settings: Settings, stack: ExitStack, report: Report) -> None:

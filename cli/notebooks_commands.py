@@ -27,9 +27,9 @@ def notebooks(ctx: click.Context, only: str | None, no_html: bool) -> None:
     """Execute the SQL notebooks of `analysis.notebooks_dir` headless.
 
     Each notebook runs in its own kernel on this project's Python with this command's
-    profile and LAKEHOUSE_* overrides; the first cell builds the SparkSession and registers
-    every lakehouse table and dbt mart as `global_temp.<name>` (run `lakehouse transform`
-    first for the marts). The executed notebooks and their HTML go to
+    profile and LAKEHOUSE_* overrides; the first cell builds the SparkSession on the shared
+    table catalog, where every table is `<layer>.<name>` (run `lakehouse transform` first
+    for the marts). The executed notebooks and their HTML go to
     <state_dir>/notebooks/. Exits 1 when a cell fails or a SQL cell returns no rows.
     """
     from analysis.notebooks import NotebookError, run_notebooks

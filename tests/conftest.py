@@ -26,6 +26,7 @@ from connectors.simulator.server import FeedSimulator
 from connectors.simulator.system import BikeSystem
 from infra.ports import port_is_free
 from infra.stack import Stack
+from lakehouse.catalog import registered_tables
 from lakehouse.storage import storage_options, table_uri
 from settings import Settings, load_settings
 from spark_streaming.session import build_spark_session
@@ -107,6 +108,22 @@ def read_delta(settings: Settings, name: str, columns: list[str] | None = None) 
     return data
 
 
+def catalog_location(settings: Settings, name: str) -> str:
+    """Where the catalog table `name` (`marts.dim_station`) keeps its files."""
+    locations = registered_tables(settings)
+    assert name in locations, f"{name} is not in the catalog: {sorted(locations)}"
+    return locations[name]
+
+
+def read_catalog_table(settings: Settings, name: str) -> pa.Table:
+    """Catalog table `name` read with delta-rs from its registered location, as Arrow."""
+    uri = catalog_location(settings, name)
+    table = DeltaTable(uri, storage_options=storage_options(settings, uri))
+    data = table.to_pyarrow_dataset().to_table()
+    del table
+    return data
+
+
 @dataclass(frozen=True)
 class IngestedLakehouse:
     """One caught-up ingest of the reference data under its own tables prefix."""
@@ -139,12 +156,19 @@ def ingested_lakehouse(stack: Stack, settings: Settings,
                        tmp_path_factory: pytest.TempPathFactory) -> IngestedLakehouse:
     """`lakehouse ingest --until-caught-up` once per test session (shared by the ingest,
     transform, docs and notebook tests; only the transform adds tables, the marts)."""
-    prefix = f"test-ingest/{uuid.uuid4().hex[:10]}"
+    run = uuid.uuid4().hex[:10]
+    prefix = f"test-ingest/{run}"
     checkpoints = str(tmp_path_factory.mktemp("ingest") / "checkpoints")
+    # its own catalog too: tests that apply tables under other prefixes re-point the names
+    # of the default one
+    metastore = f"metastore_{run}"
     env = {"LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": prefix,
-           "LAKEHOUSE_LAKEHOUSE__CHECKPOINT_DIR": checkpoints}
-    scoped = settings.model_copy(update={"lakehouse": settings.lakehouse.model_copy(
-        update={"tables_prefix": prefix, "checkpoint_dir": checkpoints})})
+           "LAKEHOUSE_LAKEHOUSE__CHECKPOINT_DIR": checkpoints,
+           "LAKEHOUSE_POSTGRES__METASTORE_DATABASE": metastore}
+    scoped = settings.model_copy(update={
+        "lakehouse": settings.lakehouse.model_copy(
+            update={"tables_prefix": prefix, "checkpoint_dir": checkpoints}),
+        "postgres": settings.postgres.model_copy(update={"metastore_database": metastore})})
     # The service uses a simulator already serving its port; this one stands still, so the
     # tests know exactly which snapshot was served.
     trips, bad_trip = drop_trips(settings, uuid.uuid4().hex[:8])

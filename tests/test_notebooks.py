@@ -80,9 +80,9 @@ def broken_notebooks(tmp_path: Path) -> Path:
     notebook.cells = [
         nbformat.v4.new_code_cell(setup.source),
         nbformat.v4.new_code_cell("%%sql\nSELECT station_id\n"
-                                  "FROM global_temp.dim_station WHERE 1 = 0"),
-        nbformat.v4.new_code_cell("%%sql\nSELECT * FROM global_temp.no_such_table"),
-        nbformat.v4.new_code_cell("%%sql\nSELECT count(*) AS n FROM global_temp.dim_station"),
+                                  "FROM marts.dim_station WHERE 1 = 0"),
+        nbformat.v4.new_code_cell("%%sql\nSELECT * FROM marts.no_such_table"),
+        nbformat.v4.new_code_cell("%%sql\nSELECT count(*) AS n FROM marts.dim_station"),
     ]
     folder = tmp_path / "notebooks"
     folder.mkdir()
