@@ -1,9 +1,11 @@
 """Transform: how long `lakehouse transform` (what `make transform` runs) takes on the
 reference data after a continuous ingest of BENCH_TRANSFORM_INGEST_SECONDS (default 600),
-split into Spark start, view registration, dbt build, source freshness and docs
-generation. A second transform right after, with nothing new to read, is measured in the
-same run as the baseline of fixed costs (ratio = first / second). Needs the embedded stack
-(the `test` profile's ports; started and stopped here); the run's tables are removed after.
+split into Spark start, dbt build, docs generation and source freshness. A second transform
+right after, with nothing new to read, is measured in the same run as the baseline of fixed
+costs (ratio = first / second). Then the other path: plain `dbt build` from dbt/ through
+the SQL endpoint (a Spark Thrift Server that stays up), with nothing new, against the same
+baseline. Needs the embedded stack (the `test` profile's ports; started and stopped here);
+the run has its own catalog database, and its tables are removed after.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from deltalake import DeltaTable
 
 from benchmarks.machine import machine_info
 from benchmarks.station_status import PROFILE, remove_tables, run_lake, running_stack
+from lakehouse.catalog import registered_tables
 from lakehouse.storage import storage_options, table_uri
 from settings import Settings, load_settings
 
@@ -37,7 +40,7 @@ def _cli(*args: str) -> list[str]:
 
 
 def _rows(lake: Settings, name: str) -> int:
-    uri = table_uri(lake, name)
+    uri = registered_tables(lake)[name] if "." in name else table_uri(lake, name)
     table = DeltaTable(uri, storage_options=storage_options(lake, uri))
     rows = table.to_pyarrow_dataset().count_rows()
     del table
@@ -90,13 +93,38 @@ def _transform(env: dict[str, str]) -> dict[str, Any]:
             "other_seconds": round(wall - sum(steps.values()), 2)}
 
 
+def _plain_dbt_build(env: dict[str, str], target: Path) -> dict[str, Any]:
+    """`dbt build` as a dbt user runs it from dbt/ (profile target `thrift`)."""
+    dbt = str(Path(sys.executable).with_name("dbt"))
+    began = time.perf_counter()
+    result = subprocess.run([dbt, "build", "--target-path", str(target / "target"),
+                             "--log-path", str(target / "logs")], env=env,
+                            cwd=PROJECT_DIR / "dbt", capture_output=True, text=True,
+                            timeout=1800)
+    if result.returncode != 0:
+        raise RuntimeError(f"dbt build (thrift) failed:\n{result.stdout[-3000:]}")
+    return {"command_seconds": round(time.perf_counter() - began, 2)}
+
+
+def _start_sql_endpoint(env: dict[str, str]) -> None:
+    """The stack's `down` at the end stops it with the rest."""
+    result = subprocess.run(_cli("up", "--sql-endpoint"), env=env, cwd=PROJECT_DIR,
+                            capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        raise RuntimeError(f"lakehouse up --sql-endpoint failed:\n{result.stderr[-3000:]}")
+
+
 def run(report: Any = print) -> dict[str, Any]:
     settings = load_settings(PROFILE)
     with running_stack():
         lake = run_lake(settings, "transform")
+        metastore = "bench_" + lake.lakehouse.tables_prefix.rsplit("-", 1)[-1]
+        lake = lake.model_copy(update={"postgres": lake.postgres.model_copy(
+            update={"metastore_database": metastore})})
         env = {**os.environ,
                "LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": lake.lakehouse.tables_prefix,
-               "LAKEHOUSE_LAKEHOUSE__CHECKPOINT_DIR": lake.lakehouse.checkpoint_dir}
+               "LAKEHOUSE_LAKEHOUSE__CHECKPOINT_DIR": lake.lakehouse.checkpoint_dir,
+               "LAKEHOUSE_POSTGRES__METASTORE_DATABASE": metastore}
         try:
             log = settings.state_path / "bench" / "transform-ingest.log"
             log.parent.mkdir(parents=True, exist_ok=True)
@@ -107,7 +135,11 @@ def run(report: Any = print) -> dict[str, Any]:
             report(f"first transform: {first}")
             second = _transform(env)
             report(f"second transform (nothing new): {second}")
-            marts = {name: _rows(lake, name) for name in MARTS}
+            marts = {name: _rows(lake, f"marts.{name}") for name in MARTS}
+            report("starting the SQL endpoint on this run's catalog")
+            _start_sql_endpoint(env)
+            plain = _plain_dbt_build(env, Path(lake.checkpoint_root) / "dbt")
+            report(f"plain dbt build through the SQL endpoint (nothing new): {plain}")
         finally:
             remove_tables(lake, report)
     return {
@@ -119,5 +151,8 @@ def run(report: Any = print) -> dict[str, Any]:
         "baseline_transform_nothing_new": second,
         "ratio_first_to_baseline": round(first["command_seconds"]
                                          / second["command_seconds"], 2),
+        "sql_endpoint_dbt_build_nothing_new": plain,
+        "ratio_sql_endpoint_to_baseline": round(plain["command_seconds"]
+                                                / second["command_seconds"], 2),
         "machine": machine_info(),
     }

@@ -6,6 +6,7 @@ build naming the test."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,14 +14,16 @@ from contextlib import contextmanager
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+import yaml
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from analysis.dbt_project import DbtPaths
 from infra.stack import Stack
 from lakehouse.storage import spark_uri, storage_options, table_uri
-from settings import Settings
+from settings import Settings, load_settings
 from tests.conftest import (
+    PROJECT_DIR,
     TransformedLakehouse,
     catalog_location,
     read_catalog_table,
@@ -293,3 +296,18 @@ def test_snapshot_records_a_changed_station(
                                                     old_capacity[0].as_py() + 7]
         assert versions["dbt_valid_to"][0].is_valid and not versions["dbt_valid_to"][1].is_valid
         assert after.num_rows == before.num_rows + 1
+
+
+def test_the_dbt_profile_reaches_the_configured_sql_endpoint() -> None:
+    """dbt/profiles.yml's thrift target: the embedded profile's port by default, and the
+    same environment variable that moves the endpoint moves dbt."""
+    text = (PROJECT_DIR / "dbt" / "profiles.yml").read_text()
+    port = re.search(r"env_var\('(\w+)', '(\d+)'\) \| as_number", text)
+    assert port is not None, text
+    embedded = load_settings("embedded", environ={})
+    assert port.group(1) == "LAKEHOUSE_EMBEDDED__SQL_ENDPOINT_PORT"
+    assert int(port.group(2)) == embedded.embedded.sql_endpoint_port
+    moved = load_settings("embedded", environ={port.group(1): "18123"})
+    assert moved.embedded.sql_endpoint_port == 18123
+    thrift = yaml.safe_load(text)["lakehouse"]["outputs"]["thrift"]
+    assert thrift["method"] == "thrift" and "password" not in thrift
