@@ -23,7 +23,7 @@ from spark_streaming.spark_conf import metastore_has_schema, metastore_schema_lo
 class SqlEndpoint(Component):
     name = "sql-endpoint"
     marker = "HiveThriftServer2"
-    # A Spark driver: about 35 s on a busy 2-core machine, longer when it creates the
+    # A Spark driver: 35-50 s on a busy 2-core machine (measured), longer when it creates the
     # metastore's schema on a fresh stack.
     start_timeout = 240.0
     stop_timeout = 30.0
