@@ -41,7 +41,7 @@ def _cli(env: dict[str, str], *args: str) -> float:
 
 def _stack_rss_bytes(stack: Stack) -> int:
     total = 0
-    for component in stack.components:
+    for component in stack.reported():
         pid = component.process.pid()
         if pid is None:
             raise RuntimeError(f"{component.name} is not running")
@@ -117,7 +117,7 @@ def run(report: Any = print) -> dict[str, Any]:
             samples.append(_stack_rss_bytes(stack))
             time.sleep(2)
         per_component = {}
-        for component in stack.components:
+        for component in stack.reported():
             root = psutil.Process(component.process.pid())
             rss = sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
             per_component[component.name] = round(rss / 2**20)

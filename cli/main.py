@@ -89,10 +89,17 @@ def setup(ctx: click.Context) -> None:
 @click.option("--brokers", type=click.IntRange(1, 9), default=None,
               help="Kafka nodes (broker + controller each) for this start; default: the "
                    "setting embedded.kafka_brokers (1).")
+@click.option("--sql-endpoint/--no-sql-endpoint", default=None,
+              help="Also start the SQL endpoint (Spark Thrift Server on 127.0.0.1:"
+                   "embedded.sql_endpoint_port) for this start; default: the setting "
+                   "embedded.sql_endpoint (false). `down` stops it.")
 @click.pass_context
-def up(ctx: click.Context, brokers: int | None) -> None:
+def up(ctx: click.Context, brokers: int | None, sql_endpoint: bool | None) -> None:
     """Start the embedded stack (idempotent: healthy components are left alone)."""
     settings = _settings(ctx)
+    if sql_endpoint is not None:
+        settings = settings.model_copy(update={"embedded": settings.embedded.model_copy(
+            update={"sql_endpoint": sql_endpoint})})
     if brokers is not None and brokers != settings.embedded.kafka_brokers:
         try:
             settings = settings.with_kafka_brokers(brokers)

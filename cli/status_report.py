@@ -74,8 +74,9 @@ def servers_section(settings: Settings) -> Section:
     """Each server's state, as `Stack.status` tells it, the servers asked side by side
     (one slow health check or version probe must not add up with the others)."""
     stack = Stack(settings)
-    with ThreadPoolExecutor(max_workers=len(stack.components) or 1) as pool:
-        rows = list(pool.map(lambda c: c.status(stack.managed), stack.components))
+    components = stack.reported()
+    with ThreadPoolExecutor(max_workers=len(components) or 1) as pool:
+        rows = list(pool.map(lambda c: c.status(stack.managed), components))
     return Section(items=[row.__dict__ for row in rows])
 
 

@@ -68,3 +68,26 @@ def postgres_connect(settings: Settings, dbname: str | None = None,
     if dbname is not None:
         kwargs["dbname"] = dbname
     return psycopg.connect(**kwargs, connect_timeout=timeout, autocommit=True)
+
+
+def sql_endpoint_connect(settings: Settings, timeout: float | None = 10.0,
+                         username: str = "lakehouse", quiet: bool = False) -> Any:
+    """A PyHive (DB-API) connection to the SQL endpoint, the embedded Spark Thrift server on
+    127.0.0.1:embedded.sql_endpoint_port. Its authentication is NONE: SASL PLAIN with any
+    user name and password. `timeout` bounds every socket operation (None: no limit);
+    `quiet` silences thrift's log line for a refused connection (health checks)."""
+    import thrift_sasl  # PyHive and its transport: imported only when asked
+    from pyhive import hive
+    from thrift.transport import TSocket
+
+    if quiet:  # thrift logs every refused connection as an ERROR of its own
+        logging.getLogger("thrift.transport.TSocket").setLevel(logging.CRITICAL)
+    host, port = "127.0.0.1", settings.embedded.sql_endpoint_port
+    socket = TSocket.TSocket(host, port)
+    if timeout is not None:
+        socket.setTimeout(timeout * 1000)
+    transport = thrift_sasl.TSaslClientTransport(
+        lambda: hive.get_installed_sasl(host=host, sasl_auth="PLAIN", username=username,
+                                        password="x"),
+        "PLAIN", socket)
+    return hive.connect(thrift_transport=transport, username=username)

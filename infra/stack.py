@@ -14,6 +14,7 @@ from infra.components.kafka import check_formatted_for, kafka_nodes
 from infra.components.kafka_connect import KafkaConnect
 from infra.components.postgres import Postgres
 from infra.components.seaweedfs import SeaweedFs
+from infra.components.sql_endpoint import SqlEndpoint
 from infra.layout import StateLayout
 from settings import Settings
 
@@ -38,7 +39,8 @@ def replication_advice(settings: Settings) -> str | None:
 
 class Stack:
     """SeaweedFS; Apache Kafka (one node or several) -> Kafka Connect (its topics on Kafka);
-    PostgreSQL."""
+    PostgreSQL; optionally the SQL endpoint (Spark's Thrift server: the catalog in
+    PostgreSQL, the tables on S3)."""
 
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -48,6 +50,7 @@ class Stack:
             *kafka_nodes(settings, self.layout),
             KafkaConnect(settings, self.layout),
             Postgres(settings, self.layout),
+            SqlEndpoint(settings, self.layout),
         ]
 
     @property
@@ -70,7 +73,8 @@ class Stack:
             )
         self.layout.ensure()
         check_formatted_for(self.settings, self.layout)  # before anything starts
-        return [c.name for c in start_components(self.components, report)]
+        wanted = [c for c in self.components if c.wanted()]
+        return [c.name for c in start_components(wanted, report)]
 
     def down(self, report: Report) -> list[str]:
         stopped = stop_components(self.components, report)
@@ -78,5 +82,10 @@ class Stack:
             report("nothing was running")
         return stopped
 
+    def reported(self) -> list[Component]:
+        """The components `status` shows: those `up` starts, and an optional one while it
+        runs (started by `up --sql-endpoint`, say)."""
+        return [c for c in self.components if c.wanted() or c.process.is_running()]
+
     def status(self) -> list[ComponentStatus]:
-        return [component.status(self.managed) for component in self.components]
+        return [component.status(self.managed) for component in self.reported()]

@@ -232,6 +232,12 @@ class EmbeddedSettings(_Section):
     # Maximum JVM heaps (-Xmx) of the broker and the Connect worker.
     kafka_heap: str = Field(default="512m", pattern=r"^[0-9]+[mMgG]$")
     connect_heap: str = Field(default="512m", pattern=r"^[0-9]+[mMgG]$")
+    # The SQL endpoint: Spark's Thrift server (HiveServer2 protocol: beeline, JDBC, PyHive,
+    # dbt-spark's thrift method) over the shared catalog on 127.0.0.1:sql_endpoint_port.
+    # `lakehouse up` starts it when true (or with `up --sql-endpoint`); off by default, as
+    # it is one more Spark driver (spark.driver_memory).
+    sql_endpoint: bool = False
+    sql_endpoint_port: int = Field(default=18010, ge=1, le=65535)
     seaweedfs: SeaweedfsPorts
 
 

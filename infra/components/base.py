@@ -95,6 +95,11 @@ class Component(ABC):
     @abstractmethod
     def version(self) -> str: ...
 
+    def wanted(self) -> bool:
+        """Whether `up` starts this component (an optional one says no unless configured;
+        `down` stops it and `status` shows it whenever it runs)."""
+        return True
+
     def environment(self) -> dict[str, str] | None:
         return None
 

@@ -1,0 +1,214 @@
+"""The Spark configuration every Spark process of the project starts with: the jars
+`make setup` resolved, Delta's extension and catalog, S3A on the project's S3 server, the
+shared Hive metastore in PostgreSQL, loopback binding, sizes for a 2-core machine.
+
+One source for SparkSessions (`spark_streaming.session`) and the SQL endpoint
+(`spark_streaming.sql_endpoint`, Spark's Thrift server in its own JVM). This module imports
+no pyspark, so the stack's supervision can use it without loading Spark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import re
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from infra.clients import postgres_connect
+from infra.layout import StateLayout
+from lakehouse.catalog import catalog_unreachable
+from lakehouse.storage import spark_uri
+from settings import ConfigError, Settings
+
+LOOPBACK = "127.0.0.1"
+# JVM loggers that print WARN noise for normal work, set to ERROR in every Spark JVM:
+# metastore schema checks and "native-hadoop library not loaded" at every session start, and
+# "current batch is falling behind" whenever a micro-batch outlasts its trigger interval,
+# even on a few rows (each layer's progress line reports batch durations instead).
+QUIET_LOGGERS = ("org.apache.hadoop.hive", "DataNucleus", "org.datanucleus",
+                 "org.apache.spark.sql.hive.HiveExternalCatalog",
+                 "org.apache.hadoop.util.NativeCodeLoader",
+                 "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor")
+# pg_advisory_lock key held while a process creates the metastore schema (any constant).
+METASTORE_SCHEMA_LOCK = 0x1A4E_5701
+
+
+def pyspark_home() -> Path:
+    """The installed pyspark's folder (its `jars/` and `bin/`), found without importing it."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("pyspark is not installed: run `make setup`")
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+def spark_jars(settings: Settings) -> list[Path]:
+    """The jars `lakehouse setup` resolved for Spark (infra/jvm/spark/pom.xml): delta-spark,
+    spark-sql-kafka, hadoop-aws with its AWS SDK, the PostgreSQL driver."""
+    folder = StateLayout(settings.state_path, settings.tools_path).jvm_module("spark")
+    jars = sorted(folder.glob("*.jar"))
+    if not jars:
+        raise ConfigError(f"no Spark jars in {folder}: run `make setup` (it resolves "
+                          "infra/jvm/spark/pom.xml with Maven)")
+    return jars
+
+
+def _s3a_confs(settings: Settings) -> dict[str, str]:
+    """Hadoop S3A pointed at the project's S3 server (path-style: buckets are not DNS names
+    on a local server; a region must be set even though the server ignores it)."""
+    s3 = settings.s3
+    try:
+        access_key, secret_key = s3.credentials()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    prefix = "spark.hadoop.fs.s3a."
+    return {
+        f"{prefix}endpoint": s3.endpoint,
+        f"{prefix}endpoint.region": s3.region,
+        f"{prefix}path.style.access": "true",
+        f"{prefix}connection.ssl.enabled": str(s3.endpoint.startswith("https://")).lower(),
+        f"{prefix}aws.credentials.provider":
+            "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        f"{prefix}access.key": access_key,
+        f"{prefix}secret.key": secret_key,
+        f"{prefix}impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+    }
+
+
+def _metastore_model_classes() -> str:
+    """Hive's metastore model classes, read from package.jdo in Spark's hive-metastore jar.
+
+    DataNucleus must know every class when it starts: otherwise it creates tables lazily
+    inside the first CREATE TABLE's transaction, and that transaction waits forever on the
+    lock of a foreign key it is creating itself (measured with PostgreSQL).
+    """
+    jars = pyspark_home() / "jars"
+    found = sorted(jars.glob("hive-metastore-*.jar"))
+    if not found:
+        raise ConfigError(f"no hive-metastore jar in {jars}: is pyspark installed in full?")
+    with zipfile.ZipFile(found[-1]) as jar:
+        text = jar.read("package.jdo").decode()
+    package = re.search(r'<package name="([^"]+)"', text)
+    if package is None:
+        raise ConfigError(f"{found[-1]}: package.jdo names no package")
+    return ",".join(f"{package.group(1)}.{name}"
+                    for name in re.findall(r'<class name="([^"]+)"', text))
+
+
+def _metastore_url(settings: Settings) -> str:
+    pg = settings.postgres
+    return f"jdbc:postgresql://{pg.host}:{pg.port}/{pg.metastore_database}"
+
+
+def _catalog_confs(settings: Settings, jars: list[Path]) -> dict[str, str]:
+    """The shared catalog: Spark's built-in Hive metastore client on a database of the
+    project's PostgreSQL, so every Spark process sees the same named tables."""
+    pg = settings.postgres
+    if pg.password is None:
+        raise ConfigError("LAKEHOUSE_POSTGRES__PASSWORD is not set (environment or .env; "
+                          "`make setup` writes one): the table catalog lives in PostgreSQL")
+    driver = [jar for jar in jars if jar.name.startswith("postgresql-")]
+    if not driver:
+        raise ConfigError("no PostgreSQL JDBC driver among Spark's jars: run `make setup`")
+    hadoop = "spark.hadoop."
+    return {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": spark_uri(f"{settings.tables_uri}/_warehouse"),
+        # The metastore opens its JDBC connection through DriverManager, which only sees
+        # the application class path (spark.jars alone: "No suitable driver").
+        "spark.driver.extraClassPath": str(driver[0]),
+        f"{hadoop}javax.jdo.option.ConnectionURL": _metastore_url(settings),
+        f"{hadoop}javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
+        f"{hadoop}javax.jdo.option.ConnectionUserName": pg.user,
+        f"{hadoop}javax.jdo.option.ConnectionPassword": pg.password.get_secret_value(),
+        f"{hadoop}hive.metastore.schema.verification": "false",
+        f"{hadoop}datanucleus.schema.autoCreateAll": "true",
+        f"{hadoop}datanucleus.autoStartMechanism": "Classes",
+        f"{hadoop}datanucleus.autoStartClassNames": _metastore_model_classes(),
+    }
+
+
+def spark_confs(settings: Settings, app_name: str) -> dict[str, str]:
+    """Every Spark conf of a project Spark process named `app_name`; `spark.conf` of the
+    settings last, so a profile can override any of them."""
+    spark = settings.spark
+    jars = spark_jars(settings)
+    confs = {
+        "spark.app.name": app_name,
+        "spark.master": spark.master,
+        "spark.driver.memory": spark.driver_memory,
+        "spark.sql.shuffle.partitions": str(spark.shuffle_partitions),
+        "spark.default.parallelism": str(spark.shuffle_partitions),
+        "spark.ui.enabled": str(spark.ui_enabled).lower(),
+        "spark.ui.port": str(spark.ui_port),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        # wide tables (bronze, quarantine) otherwise log a WARN when a plan is printed
+        "spark.sql.debug.maxToStringFields": "200",
+        # Delta's VACUUM lists files in a job of this many tasks (default 10,000): 158 s
+        # for a tiny table on local[1], 18 s with 4 (measured)
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(
+            max(spark.shuffle_partitions, 1)),
+        # Delta rebuilds a table's state from its log in a job of this many tasks (default
+        # 50): a silver micro-batch of 24 rows took 28.6 s warm with 50, 11-18 s with 2-4
+        "spark.databricks.delta.snapshotPartitions": str(max(spark.shuffle_partitions, 1)),
+        "spark.jars": ",".join(str(jar) for jar in jars),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+    }
+    confs.update(_catalog_confs(settings, jars))
+    confs.update(_s3a_confs(settings))
+    if spark.master.startswith("local"):
+        confs.update({
+            "spark.driver.host": LOOPBACK,
+            "spark.driver.bindAddress": LOOPBACK,
+        })
+    confs.update(spark.conf)
+    return confs
+
+
+def metastore_has_schema(settings: Settings) -> bool:
+    """Whether the metastore's database holds its schema; creates the database when
+    missing (the embedded server's user may; on another server, create it once)."""
+    database = settings.postgres.metastore_database
+    try:
+        with postgres_connect(settings, dbname="postgres") as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                                  (database,)).fetchone()
+            if not exists:
+                with contextlib.suppress(psycopg.errors.DuplicateDatabase):  # a racing twin
+                    conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+        with postgres_connect(settings, dbname=database) as conn:
+            row = conn.execute("SELECT to_regclass('\"VERSION\"') IS NOT NULL").fetchone()
+    except psycopg.Error as exc:
+        raise catalog_unreachable(settings, exc) from None
+    return bool(row and row[0])
+
+
+@contextlib.contextmanager
+def metastore_schema_lock(settings: Settings) -> Iterator[None]:
+    """Hold the metastore-schema advisory lock: the process that creates the schema does it
+    inside, one at a time (two creating it at the same moment collide in PostgreSQL, seen
+    once in six). Waits while another process holds it."""
+    try:
+        conn = postgres_connect(settings, dbname=settings.postgres.metastore_database,
+                                timeout=10)
+    except psycopg.Error as exc:
+        raise catalog_unreachable(settings, exc) from None
+    try:
+        conn.execute("SELECT pg_advisory_lock(%s)", (METASTORE_SCHEMA_LOCK,))
+    except psycopg.Error as exc:
+        conn.close()
+        raise catalog_unreachable(settings, exc) from None
+    try:
+        yield
+    finally:
+        with contextlib.suppress(psycopg.Error):  # closing the connection frees it anyway
+            conn.execute("SELECT pg_advisory_unlock(%s)", (METASTORE_SCHEMA_LOCK,))
+        conn.close()

@@ -1,0 +1,212 @@
+"""The SQL endpoint (`lakehouse up --sql-endpoint`, Spark's Thrift server over the shared
+catalog): beeline and PyHive count `silver.rentals` of the shared ingest as delta-rs does,
+it listens on 127.0.0.1 only, `status` shows it, `lakehouse down` stops it and frees the
+port, and it starts on a catalog whose schema does not exist yet."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import socket
+import stat
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import psycopg
+import pytest
+from psycopg import sql
+from pyhive import hive
+
+from infra.clients import postgres_connect, sql_endpoint_connect
+from infra.components.sql_endpoint import SqlEndpoint
+from infra.ports import port_is_free, wait_until
+from infra.stack import Stack
+from lakehouse.catalog import registered_tables
+from lakehouse.storage import spark_uri, table_uri
+from settings import Settings
+from spark_streaming import sql_endpoint as launch
+from spark_streaming.spark_conf import pyspark_home, spark_confs
+from tests.conftest import IngestedLakehouse, read_delta, run_cli
+
+pytestmark = pytest.mark.stack
+
+LOOPBACK = ("127.0.0.1", "::ffff:127.0.0.1")
+COUNT_SQL = "SELECT count(*) FROM silver.rentals"
+
+
+# -- what is launched (no server needed) -----------------------------------------------
+def test_the_server_gets_the_confs_of_every_spark_session(settings: Settings,
+                                                           tmp_path: Path) -> None:
+    confs = launch.thrift_server_confs(settings)
+    for key, value in spark_confs(settings, launch.APP_NAME).items():
+        if key != "spark.driver.extraClassPath":
+            assert confs[key] == value, key
+    class_path = confs["spark.driver.extraClassPath"].split(os.pathsep)
+    assert set(confs["spark.jars"].split(",")) <= set(class_path)
+    assert any(Path(p).name.startswith("postgresql-") for p in class_path)
+
+    command = launch.thrift_server_command(settings, tmp_path / "endpoint.properties")
+    assert command[0].endswith("bin/spark-submit")
+    assert launch.THRIFT_SERVER_CLASS in command
+    assert "hive.server2.thrift.bind.host=127.0.0.1" in command
+    assert f"hive.server2.thrift.port={settings.embedded.sql_endpoint_port}" in command
+    assert not any(settings.s3.credentials()[1] in part for part in command), \
+        "a secret on the command line"
+
+    properties = tmp_path / "endpoint.properties"
+    launch.write_properties(properties, {"a.key": "C:\\x=y #z", "b": " lead"})
+    assert stat.S_IMODE(properties.stat().st_mode) == 0o600
+    assert properties.read_text().splitlines()[1:] == ["a.key=C:\\\\x=y #z", "b=\\ lead"]
+
+
+# -- the running endpoint over the shared ingest ---------------------------------------
+@pytest.fixture(scope="module")
+def endpoint(ingested_lakehouse: IngestedLakehouse) -> Iterator[SqlEndpoint]:
+    """`lakehouse up --sql-endpoint` on the running test stack, `silver.rentals` naming the
+    shared ingest's table. Stopped at the end even if a test failed before `down`."""
+    settings = ingested_lakehouse.settings
+    location = spark_uri(table_uri(settings, "silver_rentals"))
+    if registered_tables(settings).get("silver.rentals") != location:  # another test's
+        result = run_cli("tables", "apply", "--table", "silver_rentals",
+                         env=ingested_lakehouse.env, timeout=400)
+        assert result.returncode == 0, result.stderr[-3000:]
+    result = run_cli("up", "--sql-endpoint", timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"sql-endpoint: healthy in [0-9.]+ s", result.stderr), result.stderr
+    component = Stack(settings).component("sql-endpoint")
+    assert isinstance(component, SqlEndpoint)
+    yield component
+    component.stop()
+
+
+def _beeline(settings: Settings, query: str) -> subprocess.CompletedProcess[str]:
+    java = shutil.which("java")
+    assert java, "java is not on PATH"
+    return subprocess.run(
+        [java, "-cp", f"{pyspark_home() / 'jars'}/*", "org.apache.hive.beeline.BeeLine",
+         "-u", launch.jdbc_url(settings), "-n", "lakehouse", "--silent=true",
+         "--showHeader=false", "--outputformat=tsv2", "-e", query],
+        capture_output=True, text=True, timeout=180, check=False)
+
+
+def test_beeline_counts_silver_rentals_as_delta_rs_does(
+        endpoint: SqlEndpoint, ingested_lakehouse: IngestedLakehouse) -> None:
+    expected = read_delta(ingested_lakehouse.settings, "silver_rentals", ["rental_id"]).num_rows
+    assert expected > 0
+    result = _beeline(ingested_lakehouse.settings, COUNT_SQL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # even silent, beeline prints its prompt (no newline) before the rows: "0: jdbc:...> 27"
+    last = result.stdout.strip().splitlines()[-1]
+    assert re.sub(r"^\d+: jdbc:hive2://\S*> ", "", last).strip() == str(expected), result.stdout
+
+
+def test_pyhive_counts_silver_rentals_as_delta_rs_does(
+        endpoint: SqlEndpoint, ingested_lakehouse: IngestedLakehouse) -> None:
+    expected = read_delta(ingested_lakehouse.settings, "silver_rentals", ["rental_id"]).num_rows
+    port = ingested_lakehouse.settings.embedded.sql_endpoint_port
+    # what a user types: PyHive's own connect, authentication NONE (SASL PLAIN, any user)
+    with contextlib.closing(hive.connect(host="127.0.0.1", port=port,
+                                         username="lakehouse")) as conn:
+        cursor = conn.cursor()
+        cursor.execute(COUNT_SQL)
+        assert cursor.fetchall() == [(expected,)]
+        cursor.execute("SHOW TABLES IN silver")
+        assert "rentals" in {row[1] for row in cursor.fetchall()}
+    # the project's client (the health check's), with its socket timeout
+    with contextlib.closing(sql_endpoint_connect(ingested_lakehouse.settings)) as conn:
+        cursor = conn.cursor()
+        cursor.execute(COUNT_SQL)
+        assert cursor.fetchall() == [(expected,)]
+
+
+def test_endpoint_listens_on_loopback_only(endpoint: SqlEndpoint) -> None:
+    pid = endpoint.process.pid()
+    assert pid is not None
+    pids = {pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))}
+    listening = [c for c in psutil.net_connections(kind="inet")
+                 if c.status == psutil.CONN_LISTEN and c.pid in pids]
+    port = endpoint.settings.embedded.sql_endpoint_port
+    assert port in {c.laddr.port for c in listening}, listening
+    exposed = [c.laddr for c in listening if c.laddr.ip not in LOOPBACK]
+    assert not exposed, f"bound beyond loopback: {exposed}"
+    others = [a.address for addresses in psutil.net_if_addrs().values() for a in addresses
+              if a.family == socket.AF_INET and not a.address.startswith("127.")]
+    for address in others:  # the machine's other addresses refuse the port
+        with pytest.raises(OSError), socket.create_connection((address, port), timeout=3):
+            pass
+
+
+def test_status_shows_the_endpoint_and_up_leaves_it_alone(endpoint: SqlEndpoint) -> None:
+    result = run_cli("status", "--servers-only", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    row = rows["sql-endpoint"]
+    assert row["state"] == "healthy", row
+    port = endpoint.settings.embedded.sql_endpoint_port
+    assert row["address"] == f"jdbc:hive2://127.0.0.1:{port}"
+    assert row["version"] == importlib.metadata.version("pyspark")
+    assert row["pid"] == endpoint.process.pid()
+    before = endpoint.process.pid()
+    again = run_cli("up", "--sql-endpoint")
+    assert again.returncode == 0, again.stderr
+    assert "sql-endpoint: already healthy, left alone" in again.stderr
+    assert endpoint.process.pid() == before
+
+
+def test_down_stops_the_endpoint_and_frees_its_port(endpoint: SqlEndpoint) -> None:
+    pid = endpoint.process.pid()
+    assert pid is not None
+    processes = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    result = run_cli("down")
+    assert result.returncode == 0, result.stderr
+    assert "sql-endpoint: stopped" in result.stderr
+    _, alive = psutil.wait_procs(processes, timeout=30)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+    port = endpoint.settings.embedded.sql_endpoint_port
+    assert wait_until(lambda: port_is_free(port), timeout=30), f"port {port} still taken"
+    assert not endpoint.properties_file.exists()
+    # bring the stack back (without the endpoint) for the tests that follow
+    result = run_cli("up")
+    assert result.returncode == 0, result.stderr
+    assert "sql-endpoint" not in result.stderr
+    status = run_cli("status", "--servers-only", "--json")
+    assert "sql-endpoint" not in {row["name"] for row in json.loads(status.stdout)}
+
+
+# -- a catalog whose schema does not exist yet -------------------------------------------
+def test_endpoint_creates_a_missing_catalog_schema(settings: Settings, stack: Stack) -> None:
+    """As the first Spark process on a new PostgreSQL: the server creates the metastore's
+    database and schema while it starts (under the advisory lock sessions take)."""
+    database = f"metastore_{uuid.uuid4().hex[:8]}"
+    fresh = settings.model_copy(update={"postgres": settings.postgres.model_copy(
+        update={"metastore_database": database})})
+    component = Stack(fresh).component("sql-endpoint")
+    try:
+        began = time.monotonic()
+        result = run_cli("up", "--sql-endpoint",
+                         env={"LAKEHOUSE_POSTGRES__METASTORE_DATABASE": database}, timeout=400)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "created the table catalog's schema" in result.stderr, result.stderr
+        assert time.monotonic() - began < 400
+        with contextlib.closing(sql_endpoint_connect(fresh, timeout=60)) as conn:
+            cursor = conn.cursor()
+            cursor.execute("SHOW DATABASES")
+            assert cursor.fetchall() == [("default",)]
+        with postgres_connect(fresh, dbname=database) as conn:
+            names = [row[0] for row in conn.execute('SELECT "NAME" FROM "DBS"').fetchall()]
+        assert names == ["default"]
+    finally:
+        component.stop()
+        with postgres_connect(settings, dbname="postgres") as conn, \
+                contextlib.suppress(psycopg.Error):
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(database)))
+    assert port_is_free(settings.embedded.sql_endpoint_port)
