@@ -124,7 +124,9 @@ def run(report: Any = print) -> dict[str, Any]:
         env = {**os.environ,
                "LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": lake.lakehouse.tables_prefix,
                "LAKEHOUSE_LAKEHOUSE__CHECKPOINT_DIR": lake.lakehouse.checkpoint_dir,
-               "LAKEHOUSE_POSTGRES__METASTORE_DATABASE": metastore}
+               "LAKEHOUSE_POSTGRES__METASTORE_DATABASE": metastore,
+               # where dbt/profiles.yml's thrift target looks for the endpoint
+               "LAKEHOUSE_EMBEDDED__SQL_ENDPOINT_PORT": str(settings.embedded.sql_endpoint_port)}
         try:
             log = settings.state_path / "bench" / "transform-ingest.log"
             log.parent.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,17 +30,24 @@ from infra.clients import postgres_connect, sql_endpoint_connect
 from infra.components.sql_endpoint import SqlEndpoint
 from infra.ports import port_is_free, wait_until
 from infra.stack import Stack
-from lakehouse.catalog import registered_tables
-from lakehouse.storage import spark_uri, table_uri
 from settings import Settings
 from spark_streaming import sql_endpoint as launch
 from spark_streaming.spark_conf import pyspark_home, spark_confs
-from tests.conftest import IngestedLakehouse, read_delta, run_cli
+from tests.conftest import (
+    PROJECT_DIR,
+    IngestedLakehouse,
+    TransformedLakehouse,
+    read_catalog_table,
+    read_delta,
+    run_cli,
+)
 
 pytestmark = pytest.mark.stack
 
 LOOPBACK = ("127.0.0.1", "::ffff:127.0.0.1")
 COUNT_SQL = "SELECT count(*) FROM silver.rentals"
+MARTS = ("dim_station", "fct_rentals_daily", "fct_station_status_observations",
+         "fct_station_availability_hourly")
 
 
 # -- what is launched (no server needed) -----------------------------------------------
@@ -70,15 +78,11 @@ def test_the_server_gets_the_confs_of_every_spark_session(settings: Settings,
 # -- the running endpoint over the shared ingest ---------------------------------------
 @pytest.fixture(scope="module")
 def endpoint(ingested_lakehouse: IngestedLakehouse) -> Iterator[SqlEndpoint]:
-    """`lakehouse up --sql-endpoint` on the running test stack, `silver.rentals` naming the
-    shared ingest's table. Stopped at the end even if a test failed before `down`."""
+    """`lakehouse up --sql-endpoint` on the running test stack, over the shared ingest's
+    catalog (its metastore database). Stopped at the end even if a test failed before `down`."""
     settings = ingested_lakehouse.settings
-    location = spark_uri(table_uri(settings, "silver_rentals"))
-    if registered_tables(settings).get("silver.rentals") != location:  # another test's
-        result = run_cli("tables", "apply", "--table", "silver_rentals",
-                         env=ingested_lakehouse.env, timeout=400)
-        assert result.returncode == 0, result.stderr[-3000:]
-    result = run_cli("up", "--sql-endpoint", timeout=400)
+    # on the shared ingest's own catalog database
+    result = run_cli("up", "--sql-endpoint", env=ingested_lakehouse.env, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(r"sql-endpoint: healthy in [0-9.]+ s", result.stderr), result.stderr
     component = Stack(settings).component("sql-endpoint")
@@ -125,6 +129,33 @@ def test_pyhive_counts_silver_rentals_as_delta_rs_does(
         cursor = conn.cursor()
         cursor.execute(COUNT_SQL)
         assert cursor.fetchall() == [(expected,)]
+
+
+def test_plain_dbt_build_through_the_endpoint(
+        endpoint: SqlEndpoint, transformed_lakehouse: TransformedLakehouse,
+        tmp_path: Path) -> None:
+    """What a dbt user runs after an ingest: `dbt build` in dbt/ with the committed profile
+    (target `thrift`, the endpoint's port from the same variable that moves the server).
+    Every model, the snapshot and every test pass, and the marts keep the rows
+    `lakehouse transform` built from the same inputs."""
+    settings = transformed_lakehouse.ingested.settings
+    before = {name: read_catalog_table(settings, f"marts.{name}").num_rows for name in MARTS}
+    env = {**os.environ, **transformed_lakehouse.ingested.env,
+           "LAKEHOUSE_EMBEDDED__SQL_ENDPOINT_PORT": str(settings.embedded.sql_endpoint_port)}
+    env.pop("LAKEHOUSE_DBT_TARGET", None)
+    dbt = Path(sys.executable).with_name("dbt")
+    result = subprocess.run(
+        [str(dbt), "build", "--target-path", str(tmp_path / "target"),
+         "--log-path", str(tmp_path / "logs")],
+        cwd=PROJECT_DIR / "dbt", env=env, capture_output=True, text=True, timeout=1500,
+        check=False)
+    assert result.returncode == 0, result.stdout[-6000:]
+    results = json.loads((tmp_path / "target" / "run_results.json").read_text())["results"]
+    assert {r["status"] for r in results} <= {"success", "pass"}, [
+        (r["unique_id"], r["status"]) for r in results if r["status"] not in ("success", "pass")]
+    assert {r["unique_id"].split(".")[0] for r in results} >= {"model", "snapshot", "test"}
+    assert {name: read_catalog_table(settings, f"marts.{name}").num_rows
+            for name in MARTS} == before
 
 
 def test_endpoint_listens_on_loopback_only(endpoint: SqlEndpoint) -> None:
