@@ -18,6 +18,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from cli import exit_codes
 from cli.context import settings_of
 from connectors.connect_client import ConnectClient, ConnectError
 from connectors.connect_config import (
@@ -43,7 +44,7 @@ from connectors.connect_sync import (
 )
 from settings import ConfigError
 
-OK, FAILURE, BAD_INPUT = 0, 1, 2
+OK, FAILURE, BAD_INPUT = exit_codes.OK, exit_codes.FAILED, exit_codes.BAD_INPUT
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)

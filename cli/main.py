@@ -14,6 +14,7 @@ from rich.console import Console
 
 from cli.analysis_commands import docs, transform
 from cli.connectors_commands import connectors
+from cli.exit_codes import BAD_INPUT, INTERRUPTED, REFUSED, document_exit_codes
 from cli.gold_commands import gold
 from cli.kafka_commands import kafka
 from cli.notebooks_commands import notebooks
@@ -260,6 +261,7 @@ cli.add_command(gold)
 cli.add_command(transform)
 cli.add_command(docs)
 cli.add_command(notebooks)
+document_exit_codes(cli)
 
 
 def main() -> None:
@@ -268,14 +270,14 @@ def main() -> None:
     except (ConfigError, SetupError, StackError) as exc:
         console.print("[red]error:[/red] ", end="")
         console.print(str(exc), markup=False)
-        sys.exit(2)
+        sys.exit(BAD_INPUT)
     except TableBusy as exc:
         console.print("[red]refused:[/red] ", end="")
         console.print(str(exc), markup=False)
-        sys.exit(3)
+        sys.exit(REFUSED)
     except KeyboardInterrupt:
         console.print("interrupted")
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
 
 
 if __name__ == "__main__":

@@ -17,12 +17,13 @@ from deltalake.exceptions import DeltaError
 from rich.console import Console
 from rich.markup import escape
 
+from cli.exit_codes import FAILED, REFUSED
 from lakehouse.definitions import DEFINITIONS_DIR, TableDefinition, load_definitions
 from lakehouse.storage import storage_options
 from settings import ConfigError, load_settings
 
-EXIT_DRIFT = 1
-EXIT_BREAKING = 3
+EXIT_DRIFT = FAILED
+EXIT_BREAKING = REFUSED
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 

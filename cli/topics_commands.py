@@ -18,10 +18,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from cli.context import settings_of
+from cli.exit_codes import BAD_INPUT, FAILED, REFUSED
 from connectors.topic_definitions import TOPICS_DIR, TopicSpec, load_topic_files, topic_specs
 from settings import Settings
 
-EXIT_DRIFT, EXIT_INVALID, EXIT_REFUSED = 1, 2, 3
+EXIT_DRIFT, EXIT_INVALID, EXIT_REFUSED = FAILED, BAD_INPUT, REFUSED
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 topics_option = click.option(

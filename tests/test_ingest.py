@@ -3,6 +3,7 @@ simulator and PostgreSQL in, every Delta layer out."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -18,8 +19,16 @@ from pathlib import Path
 import pyarrow.compute as pc
 
 from connectors.rentals.database import connect
+from infra.clients import sql_endpoint_connect
 from infra.stack import Stack
-from tests.conftest import PROJECT_DIR, TEST_PROFILE, IngestedLakehouse, read_delta
+from settings import Settings, load_settings
+from tests.conftest import (
+    PROJECT_DIR,
+    TEST_PROFILE,
+    IngestedLakehouse,
+    read_delta,
+    run_cli,
+)
 
 
 def test_ingest_until_caught_up_fills_every_layer(
@@ -105,15 +114,31 @@ def _lines_of(process: subprocess.Popen[str]) -> queue.Queue[str]:
     return lines
 
 
+def _count_through_the_sql_endpoint(settings: Settings, table: str) -> tuple[int, int, int]:
+    """(rows before, rows the endpoint counts, rows after) of a table being written: the
+    endpoint reads a committed version, so its count lies between the two delta-rs reads."""
+    before = read_delta(settings, table, ["offset"]).num_rows
+    catalog = f"{table.split('_', 1)[0]}.{table.split('_', 1)[1]}"
+    with contextlib.closing(sql_endpoint_connect(settings, timeout=180)) as conn:
+        cursor = conn.cursor()
+        cursor.execute(f"SELECT count(*) FROM {catalog}")
+        (counted,) = cursor.fetchone()
+    return before, counted, read_delta(settings, table, ["offset"]).num_rows
+
+
 def test_ctrl_c_stops_a_running_ingest_cleanly(stack: Stack, tmp_path: Path) -> None:
     """Ctrl-C (SIGINT to the terminal's process group) while every query runs: the
-    queries stop, the command says so and exits 0, and no traceback reaches the terminal."""
-    # Its own topics, tables and checkpoints: the scrapers it runs must not add records
-    # to the topics of the shared ingest, whose consumers later tests expect caught up.
+    queries stop, the command says so and exits 0, and no traceback reaches the terminal.
+    Before that, the SQL endpoint answers a count of a bronze table the ingest is writing."""
+    # Its own topics, tables, checkpoints and catalog: the scrapers it runs must not add
+    # records to the topics of the shared ingest, whose consumers later tests expect caught
+    # up, and its table names must not re-point the shared ones.
     run = uuid.uuid4().hex[:8]
     env = {**os.environ, "LAKEHOUSE_KAFKA__TOPIC_PREFIX": f"ctrlc{run}.",
            "LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": f"test-ctrlc/{run}",
-           "LAKEHOUSE_LAKEHOUSE__CHECKPOINT_DIR": str(tmp_path / "checkpoints")}
+           "LAKEHOUSE_LAKEHOUSE__CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+           "LAKEHOUSE_POSTGRES__METASTORE_DATABASE": f"metastore_ctrlc_{run}"}
+    scoped = load_settings(TEST_PROFILE, environ=env)
     process = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "--profile", TEST_PROFILE, "ingest",
          "--skip", "connectors", "--skip", "rentals", "--interval", "2 seconds"],
@@ -129,9 +154,16 @@ def test_ctrl_c_stops_a_running_ingest_cleanly(stack: Stack, tmp_path: Path) -> 
             line = lines.get(timeout=max(deadline - time.monotonic(), 0.1))
             assert line is not None, "ingest ended before Ctrl-C:\n" + "".join(output)
             output.append(line)
+        up = run_cli("up", "--sql-endpoint", env=env, timeout=400)
+        assert up.returncode == 0, up.stderr[-3000:]
+        before, counted, after = _count_through_the_sql_endpoint(
+            scoped, "bronze_bikes_station_status")
+        assert before <= counted <= after and after > 0, (before, counted, after)
+        assert process.poll() is None, "ingest ended while the endpoint was queried"
         os.killpg(process.pid, signal.SIGINT)
         process.wait(timeout=180)
     finally:
+        Stack(scoped).component("sql-endpoint").stop()
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
