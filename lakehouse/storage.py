@@ -1,10 +1,7 @@
-"""Storage options for delta-rs and pyarrow, from the project configuration (never code)."""
+"""Where lakehouse tables live and how delta-rs and Spark name them, from the project
+configuration (never code)."""
 
 from __future__ import annotations
-
-from urllib.parse import urlsplit
-
-from pyarrow import fs as pafs
 
 from settings import Settings
 
@@ -47,17 +44,3 @@ def delta_path_sql(uri: str) -> str:
     if "`" in location:
         raise ValueError(f"table location {location!r}: a backtick cannot be quoted")
     return f"delta.`{location}`"
-
-
-def arrow_filesystem(settings: Settings, uri: str) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem holding `uri` (S3 from `s3.*`, else local) and the path
-    inside it: for listing the lakehouse without starting Spark."""
-    if not uri.startswith(("s3://", "s3a://")):
-        return pafs.LocalFileSystem(), uri.rstrip("/")
-    access_key, secret_key = settings.s3.credentials()
-    endpoint = urlsplit(settings.s3.endpoint)
-    filesystem = pafs.S3FileSystem(
-        access_key=access_key, secret_key=secret_key, region=settings.s3.region,
-        endpoint_override=endpoint.netloc, scheme=endpoint.scheme or "https",
-        force_virtual_addressing=False)
-    return filesystem, uri.split("://", 1)[1].rstrip("/")
