@@ -151,8 +151,10 @@ def test_plain_dbt_build_through_the_endpoint(
         check=False)
     assert result.returncode == 0, result.stdout[-6000:]
     results = json.loads((tmp_path / "target" / "run_results.json").read_text())["results"]
-    assert {r["status"] for r in results} <= {"success", "pass"}, [
-        (r["unique_id"], r["status"]) for r in results if r["status"] not in ("success", "pass")]
+    # exposures (the notebooks) are documentation: dbt reports them as no-op
+    done = {"model": "success", "snapshot": "success", "test": "pass", "exposure": "no-op"}
+    assert not [(r["unique_id"], r["status"]) for r in results
+                if done.get(r["unique_id"].split(".")[0]) != r["status"]]
     assert {r["unique_id"].split(".")[0] for r in results} >= {"model", "snapshot", "test"}
     assert {name: read_catalog_table(settings, f"marts.{name}").num_rows
             for name in MARTS} == before
