@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 
 from analysis.dbt_project import DbtOutcome, DbtPaths, TransformError, prepare_project, run_dbt
 from lakehouse.catalog import registered_tables
+from lakehouse.definitions import LAYERS
 from settings import Settings
 
 Report = Callable[[str], None]
@@ -41,10 +42,6 @@ def _check(outcome: DbtOutcome, report: Report) -> None:
         raise TransformError(f"dbt {outcome.command} failed:\n  {lines}")
 
 
-# catalog databases the streaming ingest writes (the marts' databases are dbt's)
-_INGEST_LAYERS = ("bronze", "silver", "gold", "quarantine", "quality")
-
-
 @contextmanager
 def analysis_session(settings: Settings, result: TransformResult,
                      report: Report) -> Iterator[tuple[SparkSession, DbtPaths]]:
@@ -53,7 +50,7 @@ def analysis_session(settings: Settings, result: TransformResult,
 
     paths = prepare_project(settings)
     result.tables = sorted(name for name in registered_tables(settings)
-                           if name.split(".", 1)[0] in _INGEST_LAYERS)
+                           if name.split(".", 1)[0] in LAYERS)  # not dbt's marts
     if not result.tables:
         raise TransformError(
             "the table catalog has no lakehouse tables (metastore database "
