@@ -1,5 +1,6 @@
 """`lakehouse transform`: Spark over the shared catalog, `dbt build`, the docs catalog and
-source freshness, in one process, with the time each step took."""
+source freshness, in one process, with the time each step took. When nothing changed since
+the last successful build (analysis.build_inputs), it says so and starts nothing."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
+from analysis.build_inputs import BuildInputs, BuildRecord, current_inputs, freshness_now
 from analysis.dbt_project import DbtOutcome, DbtPaths, TransformError, prepare_project, run_dbt
 from lakehouse.catalog import registered_tables
 from lakehouse.definitions import LAYERS
@@ -43,12 +45,12 @@ def _check(outcome: DbtOutcome, report: Report) -> None:
 
 
 @contextmanager
-def analysis_session(settings: Settings, result: TransformResult,
-                     report: Report) -> Iterator[tuple[SparkSession, DbtPaths]]:
+def analysis_session(settings: Settings, result: TransformResult, report: Report,
+                     paths: DbtPaths | None = None) -> Iterator[tuple[SparkSession, DbtPaths]]:
     """A SparkSession on the shared catalog, and the dbt project ready to run in it."""
     from spark_streaming.session import build_spark_session
 
-    paths = prepare_project(settings)
+    paths = paths or prepare_project(settings)
     result.tables = sorted(name for name in registered_tables(settings)
                            if name.split(".", 1)[0] in LAYERS)  # not dbt's marts
     if not result.tables:
@@ -66,10 +68,19 @@ def analysis_session(settings: Settings, result: TransformResult,
 
 
 def transform(settings: Settings, dbt_args: list[str], report: Report, *,
-              docs: bool = True, freshness: bool = True) -> TransformResult:
-    """dbt build (tests included) over the lakehouse; raises TransformError on a failure."""
+              docs: bool = True, freshness: bool = True, force: bool = False) -> TransformResult:
+    """dbt build (tests included) over the lakehouse; raises TransformError on a failure.
+    Skips the build when its inputs are those of the last successful one, unless `force`."""
     result = TransformResult()
-    with analysis_session(settings, result, report) as (_, paths):
+    paths = prepare_project(settings)
+    record = BuildRecord(paths.target_dir.parent / "last_build.json")
+    with _timed(result, "inputs_check"):
+        before = current_inputs(settings, paths.project_dir, dbt_args)
+    if not force and "--full-refresh" not in dbt_args and _nothing_new(
+            record, before, paths, report, docs=docs, freshness=freshness):
+        return result
+    record.forget()  # until this build succeeds
+    with analysis_session(settings, result, report, paths) as (_, paths):
         with _timed(result, "dbt_build"):
             outcome = run_dbt(paths, ["build", *dbt_args])
             result.outcomes.append(outcome)
@@ -78,12 +89,45 @@ def transform(settings: Settings, dbt_args: list[str], report: Report, *,
         if docs:
             with _timed(result, "docs_generate"):
                 generate_docs(settings, paths, report, result)
+        record.record(_read_and_written(before, current_inputs(
+            settings, paths.project_dir, dbt_args)), docs=docs)
         if freshness:
             with _timed(result, "source_freshness"):
                 outcome = run_dbt(paths, ["source", "freshness"])
                 result.outcomes.append(outcome)
                 _check(outcome, report)
     return result
+
+
+def _read_and_written(before: BuildInputs, after: BuildInputs) -> BuildInputs:
+    """The lakehouse tables as they were when the build began (an ingest committing
+    meanwhile makes the next transform build again) and dbt's own tables as it left them."""
+    versions = {name: (before if name.split(".", 1)[0] in LAYERS else after)
+                .table_versions.get(name, "") for name in after.table_versions}
+    return BuildInputs(arguments=after.arguments, catalog=after.catalog,
+                       project_digest=before.project_digest, table_versions=versions)
+
+
+def _nothing_new(record: BuildRecord, inputs: BuildInputs, paths: DbtPaths, report: Report,
+                 *, docs: bool, freshness: bool) -> bool:
+    """True, after saying so and re-judging source freshness, when the last successful build
+    ran over the same inputs (and generated the docs, if they are wanted)."""
+    last = record.last(inputs.arguments)
+    if last is None or last.inputs != inputs or (docs and not last.docs):
+        return False
+    statuses = freshness_now(paths.target_dir / "sources.json") if freshness else {}
+    if freshness and not statuses:
+        return False  # no earlier freshness result to judge: build and check for real
+    report(f"nothing new since the last build ({last.finished_at[:19]} UTC): "
+           f"{inputs.describe()}; dbt build{' and docs' if docs else ''} skipped "
+           "(--force rebuilds)")
+    if freshness:
+        counts = ", ".join(f"{len(names)} {status}" for status, names in sorted(statuses.items()))
+        report(f"dbt source freshness (newest records unchanged, ages now): {counts}")
+        if statuses.get("error"):
+            raise TransformError("dbt source freshness failed: stale sources "
+                                 + ", ".join(statuses["error"]))
+    return True
 
 
 def generate_docs(settings: Settings, paths: DbtPaths, report: Report,

@@ -28,6 +28,8 @@ def _say(message: str) -> None:
 @click.option("--exclude", multiple=True, help="dbt nodes to leave out (repeatable).")
 @click.option("--full-refresh", is_flag=True,
               help="Rebuild incremental models from scratch.")
+@click.option("--force", is_flag=True,
+              help="Build even when no table and no model changed since the last build.")
 @click.option("--no-docs", is_flag=True, help="Skip `dbt docs generate`.")
 @click.option("--no-freshness", is_flag=True, help="Skip `dbt source freshness`.")
 @click.option("--timings-json", is_flag=True,
@@ -35,7 +37,7 @@ def _say(message: str) -> None:
 @click.argument("dbt_build_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def transform(ctx: click.Context, select: tuple[str, ...], exclude: tuple[str, ...],
-              full_refresh: bool, no_docs: bool, no_freshness: bool,
+              full_refresh: bool, force: bool, no_docs: bool, no_freshness: bool,
               timings_json: bool, dbt_build_args: tuple[str, ...]) -> None:
     """Build the dbt models over the lakehouse tables (`dbt build`: models and tests).
 
@@ -43,6 +45,10 @@ def transform(ctx: click.Context, select: tuple[str, ...], exclude: tuple[str, .
     catalog, then runs `dbt build`, `dbt docs generate` and `dbt source freshness` in this
     process (dbt/profiles.yml, target `session`). Marts are Delta tables in the catalog
     database `marts`. Exits 1 when a model or test fails.
+
+    When no catalog table has a new Delta version and no model changed since the last
+    successful build with the same options, it says so and builds nothing (seconds, no
+    Spark); source freshness is still judged, at the current time.
 
     More `dbt build` options go after `--`, e.g. `lakehouse transform -- --fail-fast`.
     """
@@ -60,7 +66,7 @@ def transform(ctx: click.Context, select: tuple[str, ...], exclude: tuple[str, .
     began = time.monotonic()
     try:
         result = run_transform(settings, args, _say, docs=not no_docs,
-                               freshness=not no_freshness)
+                               freshness=not no_freshness, force=force)
     except TransformError as exc:
         console.print(f"[red]transform failed:[/red] {escape(str(exc))}")
         sys.exit(1)

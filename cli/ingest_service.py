@@ -9,6 +9,7 @@ otherwise everything keeps running until Ctrl-C/SIGTERM, with a progress line pe
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import threading
@@ -235,8 +236,12 @@ def run_forever(spark: SparkSession, settings: Settings, options: IngestOptions,
                                          report=report))
 
     def gold_loop() -> None:
+        """One line per round; each table's own lines go to the log (level INFO)."""
         while not stop.wait(options.gold_interval_seconds):
-            run_gold(spark, settings, report=report)
+            written = run_gold(spark, settings, report=logging.getLogger("lakehouse.gold").info)
+            updated = {name: rows for name, rows in written.items() if rows}
+            report(f"gold: {len(written)} tables, {len(written) - len(updated)} up to date"
+                   + "".join(f", {name} +{rows:,} rows" for name, rows in updated.items()))
 
     guarded("gold", gold_loop)
     while not stop.is_set():

@@ -34,6 +34,7 @@ from lakehouse.definitions import load_definitions
 from lakehouse.storage import spark_uri, table_uri
 from settings import Settings
 from spark_streaming.checkpoint_offsets import committed_source_offsets
+from spark_streaming.layer_progress import PROGRESS_EVERY_SECONDS, LayerProgress
 
 log = logging.getLogger("lakehouse.bronze")
 Report = Callable[[str], None]
@@ -275,31 +276,6 @@ def run_available_now(spark: SparkSession, settings: Settings, topics: list[str]
     return totals
 
 
-def _offset_total(raw: object) -> int | None:
-    """Sum of the offsets in a source offset as Spark's progress shows it (JSON text)."""
-    try:
-        offsets = json.loads(raw) if isinstance(raw, str) else raw
-        return sum(int(o) for parts in offsets.values() for o in parts.values())
-    except (TypeError, ValueError, AttributeError):
-        return None
-
-
-def progress_line(table: str, progress: dict) -> str:
-    """One line per query: last batch, its rows and rate, and the consumer lag (records
-    between what the last batch read and the log end) when Spark's progress carries the
-    source's latestOffset (pyspark 4.1.4 leaves it out for Python sources: then no lag)."""
-    line = (f"{table}: batch {progress.get('batchId', '-')}, "
-            f"{progress.get('numInputRows', 0)} rows in the last batch")
-    rate = progress.get("processedRowsPerSecond")
-    if rate:
-        line += f" ({float(rate):,.0f} rows/s)"
-    sources = progress.get("sources") or [{}]
-    end, latest = (_offset_total(sources[0].get(k)) for k in ("endOffset", "latestOffset"))
-    if end is not None and latest is not None:
-        line += f", lag {max(0, latest - end)} records"
-    return line
-
-
 def run_continuous(spark: SparkSession, settings: Settings, topics: list[str], report: Report,
                    stop: threading.Event, interval: str = "10 seconds",
                    max_offsets_per_trigger: int | None = None) -> None:
@@ -307,18 +283,19 @@ def run_continuous(spark: SparkSession, settings: Settings, topics: list[str], r
     running = [(q, start_query(spark, settings, q, available_now=False, interval=interval,
                                max_offsets_per_trigger=max_offsets_per_trigger))
                for q in plan(settings, topics)]
-    last_report = 0.0
+    last_report = time.monotonic()
+    progress = LayerProgress("bronze")
     try:
         while not stop.is_set():
             for spec, query in running:
                 if not query.isActive:
                     raise RuntimeError(f"{spec.table} stopped: {query.exception()}")
-            if time.monotonic() - last_report > 30:
-                for spec, query in running:
-                    report(progress_line(spec.table, query.lastProgress or {}))
+            if time.monotonic() - last_report > PROGRESS_EVERY_SECONDS:
+                report(progress.line({spec.table: query.recentProgress
+                                      for spec, query in running}))
                 last_report = time.monotonic()
             stop.wait(1)
     finally:
-        for spec, query in running:
+        for _, query in running:
             query.stop()
-            report(f"{spec.table}: stopped")
+        report(f"bronze: {len(running)} queries stopped")

@@ -27,9 +27,9 @@ from spark_streaming.bronze import (
     caught_up,
     declared_bronze_topics,
     plan,
-    progress_line,
     run_available_now,
 )
+from spark_streaming.layer_progress import LayerProgress
 from tests.conftest import PROJECT_DIR, TEST_PROFILE
 from tests.kafka_support import produce_transactions
 
@@ -230,13 +230,27 @@ def test_caught_up_only_when_the_next_round_would_read_nothing(
     _assert_exactly_once(settings, topic, values | {b'{"late": true}'})
 
 
-def test_progress_line_reports_rows_rate_and_consumer_lag() -> None:
-    progress = {"batchId": 3, "numInputRows": 10, "processedRowsPerSecond": 55.2,
-                "sources": [{"endOffset": '{"t": {"0": 5, "1": 7}}',
-                             "latestOffset": '{"t": {"0": 9, "1": 7}}'}]}
-    assert progress_line("bronze_t", progress) == (
-        "bronze_t: batch 3, 10 rows in the last batch (55 rows/s), lag 4 records")
-    assert progress_line("bronze_t", {}) == "bronze_t: batch -, 0 rows in the last batch"
+def test_layer_progress_line_sums_new_batches_and_consumer_lag() -> None:
+    """Spark's progress records (as recentProgress gives them) of two queries: the line
+    counts each batch once, and the lag is the log end minus what the last batch read."""
+    def batch(batch_id: int, rows: int, ms: int, end: int, latest: int) -> dict:
+        return {"batchId": batch_id, "numInputRows": rows,
+                "durationMs": {"triggerExecution": ms},
+                "sources": [{"endOffset": f'{{"t": {{"0": {end}, "1": 7}}}}',
+                             "latestOffset": f'{{"t": {{"0": {latest}, "1": 7}}}}'}]}
+
+    progress = LayerProgress("bronze")
+    first = {"bronze_a": [batch(0, 10, 1500, 5, 9), batch(1, 5, 700, 9, 9)],
+             "bronze_b": [batch(0, 1, 200, 3, 3)]}
+    assert progress.line(first) == (
+        "bronze: 2 queries, 3 batches, 16 rows since the last line, slowest batch 1.5 s, "
+        "lag 0 records")
+    first["bronze_a"].append(batch(2, 2, 300, 11, 20))
+    assert progress.line(first) == (
+        "bronze: 2 queries, 1 batches, 2 rows since the last line, slowest batch 0.3 s, "
+        "lag 9 records")
+    assert progress.line({"bronze_a": [], "bronze_b": []}) == (
+        "bronze: 2 queries, 0 batches, 0 rows since the last line")
 
 
 def test_records_of_aborted_transactions_never_reach_bronze(

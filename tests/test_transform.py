@@ -10,6 +10,7 @@ import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -91,6 +92,34 @@ def test_transform_builds_every_model_and_marts_are_delta_tables(
     assert {r["unique_id"].split(".")[-1] for r in sources["results"]} >= {
         "station_status", "rentals_db_public_rentals", "trips_csv"}
     assert {r["status"] for r in sources["results"]} == {"pass"}
+
+
+def test_transform_with_nothing_new_builds_nothing(
+    transformed_lakehouse: TransformedLakehouse,
+) -> None:
+    """The same transform again, no table and no model changed: it says so, starts no Spark,
+    writes no mart, and still judges source freshness; `--force` builds all the same."""
+    ingested = transformed_lakehouse.ingested
+    settings = ingested.settings
+    marts = {name: catalog_location(settings, f"marts.{name}") for name in MARTS}
+    # the first call may build: another test module may have rebuilt a mart meanwhile
+    run_cli("transform", "--timings-json", env=ingested.env, timeout=900)
+    versions = {name: _version(settings, uri) for name, uri in marts.items()}
+    result = run_cli("transform", "--timings-json", env=ingested.env, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-5000:]
+    assert "nothing new since the last build" in output, output[-3000:]
+    assert re.search(r"dbt source freshness \(newest records unchanged, ages now\): "
+                     r"\d+ pass", output), output[-3000:]
+    timings = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(timings) == {"inputs_check"}, timings  # no Spark, no dbt
+    assert {name: _version(settings, uri) for name, uri in marts.items()} == versions
+
+    forced = run_cli("transform", "--force", "--select", "dim_station", "--no-docs",
+                     "--no-freshness", "--timings-json", env=ingested.env, timeout=900)
+    assert forced.returncode == 0, (forced.stdout + forced.stderr)[-5000:]
+    assert "dbt_build" in json.loads(forced.stdout.strip().splitlines()[-1])
+    assert _version(settings, marts["dim_station"]) > versions["dim_station"]
 
 
 def test_transform_again_changes_nothing(transformed_lakehouse: TransformedLakehouse) -> None:
@@ -311,3 +340,28 @@ def test_the_dbt_profile_reaches_the_configured_sql_endpoint() -> None:
     assert moved.embedded.sql_endpoint_port == 18123
     thrift = yaml.safe_load(text)["lakehouse"]["outputs"]["thrift"]
     assert thrift["method"] == "thrift" and "password" not in thrift
+
+
+def test_freshness_of_unchanged_sources_is_judged_at_the_current_time(tmp_path: Path) -> None:
+    """With nothing new, the newest record of each source is the one dbt saw last time; only
+    its age grew. The criteria dbt recorded decide, now: pass, warn after 1 h, error after 24 h."""
+    from datetime import UTC, datetime
+
+    from analysis.build_inputs import freshness_now
+
+    criteria = {"warn_after": {"count": 1, "period": "hour"},
+                "error_after": {"count": 24, "period": "hour"}}
+    checked = "2026-11-24T06:00:00.000000Z"
+    results = [{"unique_id": f"source.lakehouse.kafka.{name}", "status": "pass",
+                "max_loaded_at_time_ago_in_s": ago, "snapshotted_at": checked,
+                "criteria": criteria}
+               for name, ago in (("a", 60), ("b", 3000), ("c", 86000))]
+    sources = tmp_path / "sources.json"
+    sources.write_text(json.dumps({"results": results}))
+    assert freshness_now(sources, datetime(2026, 11, 24, 6, 0, tzinfo=UTC)) == {
+        "pass": ["kafka.a", "kafka.b"], "warn": ["kafka.c"]}
+    assert freshness_now(sources, datetime(2026, 11, 24, 6, 15, tzinfo=UTC)) == {
+        "pass": ["kafka.a"], "warn": ["kafka.b"], "error": ["kafka.c"]}
+    assert freshness_now(sources, datetime(2026, 11, 24, 7, 0, tzinfo=UTC)) == {
+        "warn": ["kafka.a", "kafka.b"], "error": ["kafka.c"]}
+    assert freshness_now(tmp_path / "missing.json") == {}

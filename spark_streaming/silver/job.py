@@ -29,6 +29,7 @@ from lakehouse.storage import storage_options
 from lakehouse.table_manager import apply_plan, plan_table
 from settings import ConfigError, Settings
 from spark_streaming.checkpoint_offsets import committed_source_offsets
+from spark_streaming.layer_progress import PROGRESS_EVERY_SECONDS, LayerProgress
 from spark_streaming.silver.batch import METRICS_TABLE, SilverPipeline
 from spark_streaming.silver.delta_writes import DeltaTarget
 from spark_streaming.silver.expectations import load_suite
@@ -200,20 +201,25 @@ def _run_continuous(spark: SparkSession, settings: Settings, pipelines: list[Sil
                                max_files_per_trigger=max_files_per_trigger))
                for p in pipelines]
     last_report = time.monotonic()
+    progress = LayerProgress("silver")
+    reported = {name: 0 for name in ("passed", "quarantined")}
     try:
         while not stop.is_set():
             for pipeline, query in running:
                 if not query.isActive:
                     raise _failed(query, pipeline.spec.table)
-            if time.monotonic() - last_report > 30:
-                for pipeline, _ in running:
-                    report(f"{pipeline.spec.table}: {pipeline.totals}")
+            if time.monotonic() - last_report > PROGRESS_EVERY_SECONDS:
+                totals = {name: sum(p.totals[name] for p, _ in running) for name in reported}
+                report(progress.line({p.spec.table: q.recentProgress for p, q in running})
+                       + f"; {totals['passed'] - reported['passed']:,} passed, "
+                       f"{totals['quarantined'] - reported['quarantined']:,} quarantined")
+                reported = totals
                 last_report = time.monotonic()
             stop.wait(1)
     finally:
-        for pipeline, query in running:
+        for _, query in running:
             query.stop()
-            report(f"{pipeline.spec.table}: stopped")
+        report(f"silver: {len(running)} queries stopped")
 
 
 def rebuild_silver(spark: SparkSession, settings: Settings, table: str,
