@@ -8,17 +8,11 @@ import sys
 import time
 
 import click
-from rich.console import Console
 from rich.markup import escape
 
 from analysis.docs_site import DocsSite, DocsSiteError
 from cli.context import settings_of
-
-console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _say(message: str) -> None:
-    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(message)}")
+from cli.terminal import console, say
 
 
 @click.command()
@@ -65,12 +59,12 @@ def transform(ctx: click.Context, select: tuple[str, ...], exclude: tuple[str, .
     args += dbt_build_args
     began = time.monotonic()
     try:
-        result = run_transform(settings, args, _say, docs=not no_docs,
+        result = run_transform(settings, args, say, docs=not no_docs,
                                freshness=not no_freshness, force=force)
     except TransformError as exc:
         console.print(f"[red]transform failed:[/red] {escape(str(exc))}")
         sys.exit(1)
-    _say(f"transform done in {time.monotonic() - began:.0f} s: "
+    say(f"transform done in {time.monotonic() - began:.0f} s: "
          + ", ".join(f"{step} {seconds:.1f} s" for step, seconds in result.seconds.items()))
     if timings_json:
         click.echo(json.dumps(result.seconds))
@@ -98,9 +92,9 @@ def docs(ctx: click.Context, port: int | None, no_generate: bool) -> None:
         site.bind()  # a taken port fails before Spark starts
         if not no_generate:
             began = time.monotonic()
-            with analysis_session(settings, TransformResult(), _say) as (_, paths):
-                generate_docs(settings, paths, _say, TransformResult())
-            _say(f"docs generated in {time.monotonic() - began:.0f} s")
+            with analysis_session(settings, TransformResult(), say) as (_, paths):
+                generate_docs(settings, paths, say, TransformResult())
+            say(f"docs generated in {time.monotonic() - began:.0f} s")
         _serve_until_interrupted(site)
     except (DocsSiteError, TransformError) as exc:
         site.stop()
@@ -108,7 +102,7 @@ def docs(ctx: click.Context, port: int | None, no_generate: bool) -> None:
         sys.exit(1)
     except KeyboardInterrupt:
         site.stop()
-        _say("docs site stopped")
+        say("docs site stopped")
 
 
 def _serve_until_interrupted(site: DocsSite) -> None:
@@ -118,7 +112,7 @@ def _serve_until_interrupted(site: DocsSite) -> None:
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with site:
-            _say(f"dbt docs site at {site.url} (Ctrl-C stops)")
+            say(f"dbt docs site at {site.url} (Ctrl-C stops)")
             site.wait()
     finally:
         for sig, handler in previous.items():

@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
+from cli.terminal import say
 from settings import load_settings
-
-console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _say(message: str) -> None:
-    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(message)}")
 
 
 @click.command()
@@ -44,15 +36,15 @@ def gold(ctx: click.Context, tables: tuple[str, ...], rebuild: bool) -> None:
     settings = load_settings(ctx.obj.get("profile"))
     chosen = preflight(settings, tables)  # missing tables are reported before Spark starts
     if not rebuild and not any(behind(settings, table) for table in chosen):
-        _say(f"gold: {', '.join(chosen)} up to date with silver, nothing to do")
+        say(f"gold: {', '.join(chosen)} up to date with silver, nothing to do")
         return
-    _say(f"gold: {', '.join(chosen)} under {settings.tables_uri}"
+    say(f"gold: {', '.join(chosen)} under {settings.tables_uri}"
          + (" (rebuild)" if rebuild else ""))
     # taken before Spark starts: refused at once while another process writes them
     with writing(settings, chosen, "lakehouse " + " ".join(sys.argv[1:])):
         spark = build_spark_session(settings, app_name="lakehouse-gold")
         try:
-            written = run_gold(spark, settings, list(tables) or None, rebuild, _say)
+            written = run_gold(spark, settings, list(tables) or None, rebuild, say)
         finally:
             spark.stop()
-    _say(f"gold done: rows written {json.dumps(written)}")
+    say(f"gold done: rows written {json.dumps(written)}")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -28,19 +27,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from cli.context import settings_of
+from cli.terminal import console, say
 from connectors import kafka_inspect as inspect
 from connectors.connect_client import ConnectError
 from connectors.kafka_console import ConsoleError, ConsumeOptions, consume, produce
 from infra.clients import kafka_admin
 from settings import Settings
 
-console = Console(stderr=True, highlight=False, soft_wrap=True)
 json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print machine-readable JSON on stdout instead of tables.")
-
-
-def _say(message: str) -> None:
-    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(message)}")
 
 
 def _fail(message: str) -> None:
@@ -104,7 +99,7 @@ def topics_command(ctx: click.Context, names: tuple[str, ...], as_json: bool) ->
             click.echo(f"\tPartition: {p.partition}\tLeader: {_none(p.leader)}\t"
                        f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}\t"
                        f"Offsets: {_none(p.earliest)}..{_none(p.end)}{flag}")
-    _say(f"{len(states)} topic(s) on {settings.kafka.bootstrap_servers}")
+    say(f"{len(states)} topic(s) on {settings.kafka.bootstrap_servers}")
 
 
 def _config_text(key: str, value: str, declared: str | None) -> str:
@@ -180,7 +175,7 @@ def groups_command(ctx: click.Context, names: tuple[str, ...], as_json: bool) ->
     if missing:
         _fail(f"no such group: {', '.join(missing)} (names: a consumer group, "
               f"{inspect.SPARK_PREFIX}<checkpoint> or {inspect.CONNECT_PREFIX}<connector>)")
-    _say(f"{len(groups)} group(s), {len(connectors)} source connector(s)")
+    say(f"{len(groups)} group(s), {len(connectors)} source connector(s)")
 
 
 def _print_groups(groups: list[inspect.GroupState],
@@ -250,12 +245,12 @@ def consume_command(ctx: click.Context, topic: str, group: str | None, from_begi
     with _broker(ctx) as (settings, admin):
         [full] = inspect.resolve_topics(settings, admin, [topic])
         try:
-            count = consume(settings, full, options, _emit, warn=_say)
+            count = consume(settings, full, options, _emit, warn=say)
         except BrokenPipeError:  # stdout closed early (`| head`): a normal way to stop
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return
     committed = f", committed for group {group}" if group else ""
-    _say(f"{count} record(s) from {full}{committed}")
+    say(f"{count} record(s) from {full}{committed}")
 
 
 def _emit(record: dict[str, Any]) -> None:
@@ -298,7 +293,7 @@ def produce_command(ctx: click.Context, topic: str, key: str | None, key_separat
     if len(result.errors) > 20:
         console.print(f"[red]... and {len(result.errors) - 20} more failures[/red]")
     spread = ", ".join(f"p{p}: {n}" for p, n in sorted(result.partitions.items()))
-    _say(f"{result.delivered} of {result.lines} record(s) delivered to {full}"
+    say(f"{result.delivered} of {result.lines} record(s) delivered to {full}"
          f"{f' ({spread})' if spread else ''}, {result.failed} failed")
     if result.failed:
         sys.exit(1)

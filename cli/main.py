@@ -10,11 +10,11 @@ import sys
 import time
 
 import click
-from rich.console import Console
 
 from cli.analysis_commands import docs, transform
 from cli.connectors_commands import connectors
-from cli.exit_codes import BAD_INPUT, INTERRUPTED, REFUSED, document_exit_codes
+from cli.context import settings_of
+from cli.exit_codes import BAD_INPUT, FAILED, INTERRUPTED, REFUSED, document_exit_codes
 from cli.gold_commands import gold
 from cli.kafka_commands import kafka
 from cli.notebooks_commands import notebooks
@@ -23,28 +23,22 @@ from cli.scrape_commands import scrape, simulator
 from cli.silver_commands import silver
 from cli.status_commands import print_servers, status
 from cli.tables_commands import maintain, tables
+from cli.terminal import console, report_failure, say, set_verbosity
 from cli.topics_commands import topics
 from infra.components.base import StackError
 from infra.components.postgres import Postgres
 from infra.install import SetupError, run_setup
 from infra.layout import StateLayout
 from infra.stack import Stack, replication_advice
-from settings import ConfigError, Settings, load_settings
+from settings import ConfigError
 from settings.env_file import ensure_env_file
 from spark_streaming.table_lock import TableBusy
 
 DISTRIBUTION = "lakehouse-ingest"  # pyproject.toml [project] name
-console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _say(message: str) -> None:
-    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {message}")
-
-
-def _settings(ctx: click.Context) -> Settings:
-    if "settings" not in ctx.obj:
-        ctx.obj["settings"] = load_settings(ctx.obj.get("profile"))
-    return ctx.obj["settings"]
+    say(message, markup=True)
 
 
 def _package_version() -> str:
@@ -60,11 +54,20 @@ def _package_version() -> str:
                       message="%(prog)s %(version)s")
 @click.option("--profile", envvar="LAKEHOUSE_PROFILE", default=None,
               help="Configuration profile of lakehouse.yaml (default: its default_profile).")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Also show the INFO lines of every module (the log file has them anyway).")
+@click.option("-q", "--quiet", is_flag=True,
+              help="Only warnings and errors on the terminal.")
 @click.pass_context
-def cli(ctx: click.Context, profile: str | None) -> None:
-    """Kafka -> Spark -> Delta lakehouse: run it on a laptop or against real clusters."""
+def cli(ctx: click.Context, profile: str | None, verbose: bool, quiet: bool) -> None:
+    """Kafka -> Spark -> Delta lakehouse: run it on a laptop or against real clusters.
+
+    Each command logs in full to .state/logs/lakehouse-<command>.log (the profile's state
+    folder); the terminal shows its progress lines.
+    """
     ctx.ensure_object(dict)
     ctx.obj["profile"] = profile
+    set_verbosity(verbose, quiet)
 
 
 @cli.command()
@@ -78,7 +81,7 @@ def setup(ctx: click.Context) -> None:
         changed = 1
     else:
         changed = 0
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     changed += run_setup(StateLayout(settings.state_path, settings.tools_path), _say)
     if changed:
         _say(f"[green]setup done[/green]: {changed} change(s); state in {settings.state_path}")
@@ -97,7 +100,7 @@ def setup(ctx: click.Context) -> None:
 @click.pass_context
 def up(ctx: click.Context, brokers: int | None, sql_endpoint: bool | None) -> None:
     """Start the embedded stack (idempotent: healthy components are left alone)."""
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     if sql_endpoint is not None:
         settings = settings.model_copy(update={"embedded": settings.embedded.model_copy(
             update={"sql_endpoint": sql_endpoint})})
@@ -124,7 +127,7 @@ def up(ctx: click.Context, brokers: int | None, sql_endpoint: bool | None) -> No
 @click.pass_context
 def down(ctx: click.Context) -> None:
     """Stop every component gracefully, then forcefully; a no-op when nothing runs."""
-    Stack(_settings(ctx)).down(_say)
+    Stack(settings_of(ctx)).down(_say)
 
 
 @cli.command()
@@ -132,7 +135,7 @@ def down(ctx: click.Context) -> None:
 @click.pass_context
 def clean(ctx: click.Context, yes: bool) -> None:
     """Stop the stack and delete the state folder (data, logs, binaries)."""
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     stack = Stack(settings)
     if not yes:
         click.confirm(f"Stop the stack and delete {settings.state_path}?", abort=True)
@@ -153,7 +156,7 @@ def config() -> None:
 @click.pass_context
 def config_show(ctx: click.Context) -> None:
     """Print the active profile's settings (secrets masked) as JSON."""
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     click.echo(settings.model_dump_json(indent=2))
 
 
@@ -176,7 +179,7 @@ def bronze(ctx: click.Context, topics: tuple[str, ...], continuous: bool, interv
     from spark_streaming import bronze as job
     from spark_streaming.session import build_spark_session
 
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     chosen = list(topics) or bronze_topics(settings, _say)
     if not chosen:
         raise click.UsageError("no topics given and no declared bronze topic exists on the "
@@ -218,7 +221,7 @@ def ingest(ctx: click.Context, until_caught_up: bool, interval: str,
     from spark_streaming.bronze import stop_on_signals
     from spark_streaming.session import build_spark_session
 
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     options = service.IngestOptions(until_caught_up=until_caught_up,
                                     trigger_interval=interval, skip=set(skip))
     began = time.monotonic()
@@ -278,6 +281,9 @@ def main() -> None:
     except KeyboardInterrupt:
         console.print("interrupted")
         sys.exit(INTERRUPTED)
+    except Exception as exc:  # a bug or an unforeseen failure: one line, the rest in the log
+        report_failure("failed", exc)
+        sys.exit(FAILED)
 
 
 if __name__ == "__main__":

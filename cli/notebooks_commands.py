@@ -6,16 +6,10 @@ import sys
 import time
 
 import click
-from rich.console import Console
 from rich.markup import escape
 
 from cli.context import settings_of
-
-console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _say(message: str) -> None:
-    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(message)}")
+from cli.terminal import console, say
 
 
 @click.command()
@@ -37,7 +31,7 @@ def notebooks(ctx: click.Context, only: str | None, no_html: bool) -> None:
     settings = settings_of(ctx)
     began = time.monotonic()
     try:
-        results = run_notebooks(settings, only, _say, html=not no_html)
+        results = run_notebooks(settings, only, say, html=not no_html)
     except NotebookError as exc:
         console.print(f"[red]notebooks failed:[/red] {escape(str(exc))}")
         sys.exit(1)
@@ -50,5 +44,5 @@ def notebooks(ctx: click.Context, only: str | None, no_html: bool) -> None:
                       f"\n  executed notebook: {result.executed}"
                       f"\n  kernel log (Spark): {result.kernel_log}")
     summary = f"{len(results) - len(failed)}/{len(results)} notebooks ok"
-    _say(f"{summary} in {time.monotonic() - began:.0f} s")
+    say(f"{summary} in {time.monotonic() - began:.0f} s")
     sys.exit(1 if failed else 0)

@@ -4,23 +4,15 @@ from __future__ import annotations
 
 import signal
 import sys
-import time
 
 import click
 import psycopg
-from rich.console import Console
 
 from cli.context import settings_of
+from cli.terminal import console, say
 from connectors.rentals.database import connect, seed
 from connectors.rentals.traffic import run_traffic
 from settings import Settings
-
-console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _say(message: str) -> None:
-    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] ", end="")
-    console.print(message, markup=False)
 
 
 def _connect(settings: Settings) -> psycopg.Connection:
@@ -48,10 +40,10 @@ def seed_command(ctx: click.Context) -> None:
     with _connect(settings) as conn:
         result = seed(conn, settings.rentals)
     if result.stations_added or result.bikes_added:
-        _say(f"rentals seed: {result.stations_added} station(s) and "
+        say(f"rentals seed: {result.stations_added} station(s) and "
              f"{result.bikes_added} bike(s) added")
     else:
-        _say("rentals seed: schema and seed data already in place, nothing added")
+        say("rentals seed: schema and seed data already in place, nothing added")
 
 
 @rentals.command()
@@ -89,10 +81,10 @@ def traffic(ctx: click.Context, rate: float | None, duration: float | None,
                 limit.append(f"{duration:g} s")
             if events is not None:
                 limit.append(f"{events} change(s)")
-            _say(f"rentals traffic: {rate:g} change(s)/s, seed {seed_value}, "
+            say(f"rentals traffic: {rate:g} change(s)/s, seed {seed_value}, "
                  f"until {' or '.join(limit) or 'Ctrl-C'}")
             counts = run_traffic(conn, config, rate=rate, seed=seed_value,
-                                 duration=duration, events=events, report=_say)
+                                 duration=duration, events=events, report=say)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    _say(f"rentals traffic done: {counts.summary()}")
+    say(f"rentals traffic done: {counts.summary()}")

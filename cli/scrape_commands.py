@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 import sys
 import threading
@@ -13,22 +12,13 @@ from datetime import datetime
 
 import click
 from confluent_kafka import KafkaException
-from rich.console import Console
 from rich.table import Table
 
+from cli.context import settings_of
+from cli.terminal import console, set_verbosity
 from connectors.scrapers.scheduler import Scraper, SourceProgress
 from connectors.scrapers.source_config import SourceConfigError, load_sources
 from infra.ports import port_holder
-from settings import Settings, load_settings
-
-console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _settings(ctx: click.Context) -> Settings:
-    obj = ctx.find_root().obj
-    if "settings" not in obj:
-        obj["settings"] = load_settings(obj.get("profile"))
-    return obj["settings"]
 
 
 def _clock(epoch: float | None) -> str:
@@ -87,9 +77,9 @@ def _stop_on_signals() -> Iterator[threading.Event]:
 @click.pass_context
 def scrape(ctx: click.Context, once: bool, names: tuple[str, ...], verbose: bool) -> None:
     """Poll the sources in scraper.sources_dir and produce their snapshots to Kafka."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = _settings(ctx)
+    if verbose:
+        set_verbosity(verbose=True, quiet=False)
+    settings = settings_of(ctx)
     try:
         sources = load_sources(settings)
     except SourceConfigError as exc:
@@ -150,8 +140,7 @@ def simulator(ctx: click.Context, port: int | None, seed: int | None, tick_inter
     """Serve a simulated GBFS 2.3/3.0 system and Open-Meteo weather until Ctrl-C."""
     from connectors.simulator import FeedSimulator
 
-    settings = _settings(ctx)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    settings = settings_of(ctx)
     chosen_port = settings.simulator.port if port is None else port
     try:
         sim = FeedSimulator(port=chosen_port, host=settings.simulator.host,

@@ -10,27 +10,19 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
 
 from cli.context import settings_of
+from cli.terminal import console, say
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from settings import Settings
     from spark_streaming.silver.spec import PipelineSpec
-
-console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _say(message: str) -> None:
-    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] ", end="")
-    console.print(message, markup=False)
 
 
 @click.command()
@@ -63,7 +55,7 @@ def silver(ctx: click.Context, tables: tuple[str, ...], continuous: bool, interv
     specs = load_specs(tables=tables)  # invalid specs stop here, before Spark starts
     if rebuild and continuous:
         raise click.UsageError("--rebuild catches up once; run --continuous afterwards")
-    _say(f"silver: {', '.join(s.table for s in specs)} on {settings.tables_uri}")
+    say(f"silver: {', '.join(s.table for s in specs)} on {settings.tables_uri}")
     command = "lakehouse " + " ".join(sys.argv[1:])
     with ExitStack() as held:
         # before Spark starts: refused at once while another process writes these tables
@@ -83,18 +75,18 @@ def _run(spark: SparkSession, settings: Settings, specs: list[PipelineSpec], con
             if rebuild:
                 totals = {}
                 for spec in specs:
-                    totals.update(rebuild_silver(spark, settings, spec.table, _say))
+                    totals.update(rebuild_silver(spark, settings, spec.table, say))
             else:
                 totals = run_silver(spark, settings, [s.table for s in specs],
-                                    available_now=not continuous, stop=stop, report=_say,
+                                    available_now=not continuous, stop=stop, report=say,
                                     interval=interval)
-            _say(f"silver done: {json.dumps(totals)}")
+            say(f"silver done: {json.dumps(totals)}")
             if check and not stop.is_set():
                 results = run_table_checks(spark, settings, [s.table for s in specs],
-                                           report=_say)
+                                           report=say)
                 failed = [f"{r['checked_table']}.{r['rule']}" for r in results
                           if not r["success"]]
-                _say(f"table checks: {len(results)} run, failed: {failed or 'none'}")
+                say(f"table checks: {len(results)} run, failed: {failed or 'none'}")
     except RuntimeError as exc:
         console.print("[red]error:[/red] ", end="")
         console.print(str(exc), markup=False)

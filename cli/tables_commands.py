@@ -8,27 +8,20 @@ would break readers is pending (diff) or was refused (apply; other tables still 
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import NoReturn
 
 import click
 from deltalake.exceptions import DeltaError
-from rich.console import Console
-from rich.markup import escape
 
 from cli.exit_codes import FAILED, REFUSED
+from cli.terminal import console, say
 from lakehouse.definitions import DEFINITIONS_DIR, TableDefinition, load_definitions
 from lakehouse.storage import storage_options
 from settings import ConfigError, load_settings
 
 EXIT_DRIFT = FAILED
 EXIT_BREAKING = REFUSED
-console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _say(message: str) -> None:
-    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(message)}")
 
 
 def _target(ctx: click.Context) -> tuple[str, dict[str, str]]:
@@ -86,7 +79,7 @@ def validate(definitions: Path | None, tables: tuple[str, ...]) -> None:
     for definition in loaded:
         layers[definition.layer] = layers.get(definition.layer, 0) + 1
     counts = ", ".join(f"{layer} {count}" for layer, count in layers.items())
-    _say(f"{len(loaded)} table definitions valid ({counts})")
+    say(f"{len(loaded)} table definitions valid ({counts})")
 
 
 def _print_plans(plans: list) -> None:
@@ -115,7 +108,7 @@ def diff(ctx: click.Context, definitions: Path | None, tables: tuple[str, ...]) 
 
     loaded = _definitions(definitions, tables)
     root, storage = _target(ctx)
-    _say(f"comparing {len(loaded)} definitions with the tables under {root}")
+    say(f"comparing {len(loaded)} definitions with the tables under {root}")
     try:
         plans = plan_tables(loaded, root, storage, _catalog(ctx))
     except (DeltaError, OSError) as exc:
@@ -123,7 +116,7 @@ def diff(ctx: click.Context, definitions: Path | None, tables: tuple[str, ...]) 
     _print_plans(plans)
     drifted = [p for p in plans if not p.in_sync]
     breaking = [p for p in plans if p.refused]
-    _say(f"{len(plans) - len(drifted)} in sync, {len(drifted)} drifted, "
+    say(f"{len(plans) - len(drifted)} in sync, {len(drifted)} drifted, "
          f"{len(breaking)} with breaking changes")
     if breaking:
         sys.exit(EXIT_BREAKING)
@@ -145,7 +138,7 @@ def apply(ctx: click.Context, definitions: Path | None, tables: tuple[str, ...])
 
     loaded = _definitions(definitions, tables)
     root, storage = _target(ctx)
-    _say(f"applying {len(loaded)} definitions to the tables under {root}")
+    say(f"applying {len(loaded)} definitions to the tables under {root}")
     counts = {"in sync": 0, "created": 0, "converged": 0, "registered": 0, "refused": 0}
     failed = 0
     spark = None
@@ -154,27 +147,27 @@ def apply(ctx: click.Context, definitions: Path | None, tables: tuple[str, ...])
         if any(needs_spark(plan) for plan in plans):
             from spark_streaming.session import build_spark_session
 
-            _say("starting Spark for the DDL")
+            say("starting Spark for the DDL")
             spark = build_spark_session(load_settings(ctx.obj.get("profile")),
                                         "lakehouse-tables-apply")
         for plan in plans:
             if plan.refused:
-                _say(f"{plan.name}: REFUSED, nothing applied to this table:")
+                say(f"{plan.name}: REFUSED, nothing applied to this table:")
                 for change in plan.refused:
                     console.print(f"    ! {change.describe()}", markup=False)
             try:
-                outcome = apply_plan(spark, plan, storage, _say)
+                outcome = apply_plan(spark, plan, storage, say)
             except ApplyError as exc:
                 console.print(f"[red]error:[/red] {exc}", markup=False)
                 failed += 1
                 continue
             counts[outcome.status] += 1
             if outcome.status == "created":
-                _say(f"{plan.name}: created (version {outcome.version_after})")
+                say(f"{plan.name}: created (version {outcome.version_after})")
             elif outcome.status == "registered":
-                _say(f"{plan.name}: registered in the catalog")
+                say(f"{plan.name}: registered in the catalog")
             elif outcome.status == "converged":
-                _say(f"{plan.name}: converged (version {outcome.version_before} -> "
+                say(f"{plan.name}: converged (version {outcome.version_before} -> "
                      f"{outcome.version_after})")
     except (DeltaError, OSError) as exc:
         _storage_failure(root, exc)
@@ -182,9 +175,9 @@ def apply(ctx: click.Context, definitions: Path | None, tables: tuple[str, ...])
         if spark is not None:
             spark.stop()
     if counts["in sync"] == len(loaded) and not failed:
-        _say(f"nothing to do: all {counts['in sync']} tables match their definitions")
+        say(f"nothing to do: all {counts['in sync']} tables match their definitions")
     else:
-        _say(", ".join(f"{n} {status}" for status, n in counts.items())
+        say(", ".join(f"{n} {status}" for status, n in counts.items())
              + (f", {failed} failed" if failed else ""))
     if counts["refused"]:
         sys.exit(EXIT_BREAKING)
@@ -206,10 +199,10 @@ def maintain(ctx: click.Context, definitions: Path | None, tables: tuple[str, ..
 
     loaded = _definitions(definitions, tables)
     root, storage = _target(ctx)
-    _say(f"maintaining {len(loaded)} tables under {root} (starting Spark)")
+    say(f"maintaining {len(loaded)} tables under {root} (starting Spark)")
     spark = build_spark_session(load_settings(ctx.obj.get("profile")), "lakehouse-maintain")
     try:
-        results = maintain_tables(spark, loaded, root, storage, _say, vacuum=not no_vacuum)
+        results = maintain_tables(spark, loaded, root, storage, say, vacuum=not no_vacuum)
     except (DeltaError, OSError) as exc:
         _storage_failure(root, exc)
     finally:
@@ -217,5 +210,5 @@ def maintain(ctx: click.Context, definitions: Path | None, tables: tuple[str, ..
     done = [r for r in results if r.status == "maintained"]
     before = sum(r.before.files for r in done if r.before)
     after = sum(r.after.files for r in done if r.after)
-    _say(f"maintenance done: {len(done)} tables, files {before} -> {after}, "
+    say(f"maintenance done: {len(done)} tables, files {before} -> {after}, "
          f"{len(results) - len(done)} missing")

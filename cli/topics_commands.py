@@ -9,29 +9,23 @@ topics are still applied).
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import click
 from confluent_kafka import KafkaException
-from rich.console import Console
 from rich.markup import escape
 
 from cli.context import settings_of
 from cli.exit_codes import BAD_INPUT, FAILED, REFUSED
+from cli.terminal import console, say
 from connectors.topic_definitions import TOPICS_DIR, TopicSpec, load_topic_files, topic_specs
 from settings import Settings
 
 EXIT_DRIFT, EXIT_INVALID, EXIT_REFUSED = FAILED, BAD_INPUT, REFUSED
-console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 topics_option = click.option(
     "--topics-dir", type=click.Path(path_type=Path, file_okay=False), default=TOPICS_DIR,
     show_default=True, help="Folder of <topic>.yaml files.")
-
-
-def _say(message: str) -> None:
-    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(message)}")
 
 
 def _problems(settings: Settings, folder: Path, specs: list[TopicSpec]) -> list[str]:
@@ -93,7 +87,7 @@ def topics() -> None:
 def validate(ctx: click.Context, topics_dir: Path) -> None:
     """Check the files and that every topic a scraper or connector writes is declared."""
     specs = _checked_specs(ctx, topics_dir)
-    _say(f"{len(specs)} topics declared in {topics_dir}, every produced topic among them")
+    say(f"{len(specs)} topics declared in {topics_dir}, every produced topic among them")
 
 
 def _plan(ctx: click.Context, specs: list[TopicSpec]) -> list:
@@ -123,7 +117,7 @@ def diff(ctx: click.Context, topics_dir: Path) -> None:
         marker = "!" if change.kind == REFUSED else "+"
         click.echo(f"{marker} {change.spec.name}: {change.kind}: {change.detail}")
     drifted = {c.spec.name for c in changes}
-    _say(f"{len(specs) - len(drifted)} in sync, {len(drifted)} drifted")
+    say(f"{len(specs) - len(drifted)} in sync, {len(drifted)} drifted")
     if any(c.kind == REFUSED for c in changes):
         sys.exit(EXIT_REFUSED)
     if changes:
@@ -149,13 +143,13 @@ def apply(ctx: click.Context, topics_dir: Path) -> None:
             continue
         try:
             apply_change(admin, change)
-            _say(f"{change.spec.name}: {change.kind}: {change.detail}")
+            say(f"{change.spec.name}: {change.kind}: {change.detail}")
         except KafkaException as exc:
             console.print(f"[red]error:[/red] {escape(change.spec.name)}: {change.kind} "
                           f"failed: {escape(str(exc))}")
             failed += 1
     done = len(changes) - failed - refused
-    _say(f"{done} change(s) applied, {refused} refused, {failed} failed"
+    say(f"{done} change(s) applied, {refused} refused, {failed} failed"
          if changes else f"{len(specs)} topics in sync, nothing to do")
     if failed:
         sys.exit(1)

@@ -50,3 +50,19 @@ def test_bad_configuration_exits_2_naming_the_field(args: tuple[str, ...]) -> No
     assert "LAKEHOUSE_SPARK__SHUFFLE_PARTITIONS" in result.stderr
     assert "spark.shuffle_partitions" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_quiet_terminal_and_the_full_log_file() -> None:
+    """Progress lines go to the terminal and to the command's log file in the profile's
+    state folder; with -q the terminal stays empty and the file still gets them."""
+    from settings import load_settings
+
+    log = load_settings("test").state_path / "logs" / "lakehouse-setup.log"
+    before = log.read_text().count("setup: nothing to do") if log.exists() else 0
+    loud = run_cli("setup", timeout=300)
+    assert loud.returncode == 0, loud.stderr[-2000:]
+    assert "setup: nothing to do" in loud.stderr
+    quiet = run_cli("-q", "setup", timeout=300)
+    assert quiet.returncode == 0, quiet.stderr[-2000:]
+    assert quiet.stderr == ""
+    assert log.read_text().count("setup: nothing to do") == before + 2
