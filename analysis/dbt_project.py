@@ -71,7 +71,8 @@ def run_dbt(paths: DbtPaths, command: list[str]) -> DbtOutcome:
     """`dbt <command>` in this process; the caller has built the SparkSession."""
     from dbt.cli.main import dbtRunner
 
-    args = ["--log-path", str(paths.log_dir), "--no-use-colors", *command,
+    # dbt's own lines go to its log file only; the caller reports the counts and failures
+    args = ["--log-path", str(paths.log_dir), "--no-use-colors", "--quiet", *command,
             *_common_args(paths)]
     result = dbtRunner().invoke(args)
     if isinstance(result.exception, KeyboardInterrupt):  # dbt catches BaseException

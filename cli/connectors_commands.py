@@ -54,7 +54,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 def _worker(ctx: click.Context) -> Iterator[ConnectClient]:
     """A client of the configured worker; Connect and file errors become exit codes."""
     try:
-        with ConnectClient(settings_of(ctx).connect.url) as client:
+        with ConnectClient.of(settings_of(ctx)) as client:
             yield client
     except ConnectorFileError as exc:
         err.print("[red]connector files rejected[/red] (nothing was sent):")

@@ -77,7 +77,7 @@ def setup(ctx: click.Context) -> None:
     from settings.loader import PROJECT_DIR
 
     if ensure_env_file(PROJECT_DIR):
-        _say(f"wrote {PROJECT_DIR / '.env'} with generated local secrets")
+        _say(f"wrote {PROJECT_DIR / '.env'}: generated local secrets for what it lacked")
         changed = 1
     else:
         changed = 0

@@ -164,7 +164,7 @@ def sources_section(settings: Settings, topics: dict[str, inspect.TopicState]) -
 def connectors_section(settings: Settings) -> Section:
     """Every connector's state and its tasks' states, from the worker's REST API."""
     try:
-        with ConnectClient(settings.connect.url, timeout=PROBE_TIMEOUT, retries=0,
+        with ConnectClient.of(settings, timeout=PROBE_TIMEOUT, retries=0,
                            rebalance_wait=0) as client:
             items = []
             for name in client.connector_names():

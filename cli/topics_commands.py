@@ -129,28 +129,22 @@ def diff(ctx: click.Context, topics_dir: Path) -> None:
 @click.pass_context
 def apply(ctx: click.Context, topics_dir: Path) -> None:
     """Create missing topics, add partitions, set configs; a second run changes nothing."""
-    from connectors.topic_manager import REFUSED, apply_change
+    from connectors.topic_manager import apply_plan
     from infra.clients import kafka_admin
 
     specs = _checked_specs(ctx, topics_dir)
     changes = _plan(ctx, specs)
-    admin = kafka_admin(settings_of(ctx))
-    failed = refused = 0
-    for change in changes:
-        if change.kind == REFUSED:
-            console.print(f"! {escape(change.spec.name)}: REFUSED: {escape(change.detail)}")
-            refused += 1
-            continue
-        try:
-            apply_change(admin, change)
-            say(f"{change.spec.name}: {change.kind}: {change.detail}")
-        except KafkaException as exc:
-            console.print(f"[red]error:[/red] {escape(change.spec.name)}: {change.kind} "
-                          f"failed: {escape(str(exc))}")
-            failed += 1
-    done = len(changes) - failed - refused
-    say(f"{done} change(s) applied, {refused} refused, {failed} failed"
-         if changes else f"{len(specs)} topics in sync, nothing to do")
+    outcome = apply_plan(kafka_admin(settings_of(ctx)), changes)
+    for change in outcome.applied:
+        say(f"{change.spec.name}: {change.kind}: {change.detail}")
+    for change in outcome.refused:
+        console.print(f"! {escape(change.spec.name)}: REFUSED: {escape(change.detail)}")
+    for change, exc in outcome.failed:
+        console.print(f"[red]error:[/red] {escape(change.spec.name)}: {change.kind} "
+                      f"failed: {escape(str(exc))}")
+    failed, refused = len(outcome.failed), len(outcome.refused)
+    say(f"{len(outcome.applied)} change(s) applied, {refused} refused, {failed} failed"
+        if changes else f"{len(specs)} topics in sync, nothing to do")
     if failed:
         sys.exit(1)
     if refused:

@@ -12,6 +12,8 @@ from requests.adapters import HTTPAdapter
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 from urllib3.util.retry import Retry
 
+from settings import Settings
+
 # 409: the worker is rebalancing or forwarding to the leader ("try again"); 502-504: a
 # proxy or a worker still starting. 500 is not in the list: Connect uses it for real errors
 # too; only its "rebalance is expected" answer is asked again (ConnectError.rebalancing).
@@ -57,7 +59,8 @@ class ConnectClient:
     """One worker (or cluster) of Kafka Connect, addressed by its REST URL."""
 
     def __init__(self, url: str, timeout: float = 30.0, retries: int = 4,
-                 backoff: float = 0.5, rebalance_wait: float = 60.0):
+                 backoff: float = 0.5, rebalance_wait: float = 60.0,
+                 auth: tuple[str, str] | None = None):
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.rebalance_wait = rebalance_wait
@@ -74,6 +77,12 @@ class ConnectClient:
         self.session.mount("http://", HTTPAdapter(max_retries=retry))
         self.session.mount("https://", HTTPAdapter(max_retries=retry))
         self.session.headers.update({"Accept": "application/json"})
+        self.session.auth = auth
+
+    @classmethod
+    def of(cls, settings: Settings, **options: Any) -> ConnectClient:
+        """The worker the settings name (connect.url), with their REST credentials."""
+        return cls(settings.connect.url, auth=settings.connect.auth(), **options)
 
     def close(self) -> None:
         self.session.close()
@@ -106,6 +115,10 @@ class ConnectClient:
             raise ConnectError(method, url, None, str(exc)) from exc
         if response.status_code in allow:
             return None
+        if response.status_code == 401:
+            raise ConnectError(method, url, 401, (
+                "the worker asks for other credentials: LAKEHOUSE_CONNECT__USER and "
+                "LAKEHOUSE_CONNECT__PASSWORD (.env) must match its basic-auth users"))
         if response.status_code >= 400:
             raise ConnectError(method, url, response.status_code, _worker_message(response))
         if response.status_code == 204 or not response.content:

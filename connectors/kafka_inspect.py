@@ -103,7 +103,8 @@ def log_ends(admin: AdminClient, partitions: Iterable[tuple[str, int]],
     return _offsets(admin, partitions, OffsetSpec.latest(), isolation)
 
 
-def _partitions_of(admin: AdminClient, topics: Iterable[str]) -> list[tuple[str, int]]:
+def partitions_of(admin: AdminClient, topics: Iterable[str]) -> list[tuple[str, int]]:
+    """Every partition of the `topics` that exist (a missing topic has none)."""
     metadata = admin.list_topics(timeout=TIMEOUT).topics
     return [(t, p) for t in topics if t in metadata and metadata[t].error is None
             for p in sorted(metadata[t].partitions)]
@@ -304,7 +305,7 @@ def spark_positions(admin: AdminClient,
         if sources and all(s is not None for s in sources):
             found.append((name, {t: parts for s in sources if s for t, parts in s.items()}))
     topics = {t for _, sources in found if sources for t in sources}
-    partitions = _partitions_of(admin, sorted(topics))
+    partitions = partitions_of(admin, sorted(topics))
     ends = log_ends(admin, partitions, committed_only=True)
     groups = []
     for name, sources in found:
@@ -342,7 +343,7 @@ def source_connectors(settings: Settings) -> list[ConnectorProgress]:
 
     Raises ConnectError when the worker does not answer."""
     progress = []
-    with ConnectClient(settings.connect.url, timeout=10, retries=1, rebalance_wait=10) as client:
+    with ConnectClient.of(settings, timeout=10, retries=1, rebalance_wait=10) as client:
         for name in client.connector_names():
             status = client.status(name)
             if status is None or status.get("type") != "source":

@@ -8,7 +8,7 @@ and the other topics are still applied.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import KafkaError, KafkaException
@@ -103,6 +103,32 @@ def apply_change(admin: AdminClient, change: TopicChange) -> None:
         future.result(_TIMEOUT)
 
 
+@dataclass
+class ApplyOutcome:
+    applied: list[TopicChange] = field(default_factory=list)
+    refused: list[TopicChange] = field(default_factory=list)
+    failed: list[tuple[TopicChange, KafkaException]] = field(default_factory=list)
+
+
+def apply_plan(admin: AdminClient, changes: list[TopicChange]) -> ApplyOutcome:
+    """Carry out every change that is not refused, going on after a failure. A create that
+    finds the topic (made meanwhile by another process) counts as applied."""
+    outcome = ApplyOutcome()
+    for change in changes:
+        if change.kind == REFUSED:
+            outcome.refused.append(change)
+            continue
+        try:
+            apply_change(admin, change)
+        except KafkaException as exc:
+            if not (change.kind == CREATE
+                    and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                outcome.failed.append((change, exc))
+                continue
+        outcome.applied.append(change)
+    return outcome
+
+
 def ensure_declared_topics(settings: Settings, names: list[str],
                            folder: Path = TOPICS_DIR) -> list[str]:
     """Make `names` exist as their topic files declare them (create, add partitions, set
@@ -115,20 +141,13 @@ def ensure_declared_topics(settings: Settings, names: list[str],
                               "(`lakehouse topics validate` lists every gap)"
                               for name in undeclared])
     admin = kafka_admin(settings)
-    created = []
-    for change in plan(admin, [specs[name] for name in names]):
-        if change.kind == REFUSED:
-            log.warning("%s: %s", change.spec.name, change.detail)
-            continue
-        try:
-            apply_change(admin, change)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # a concurrent create
-                raise
-        if change.kind == CREATE:
-            created.append(change.spec.name)
-    return created
+    outcome = apply_plan(admin, plan(admin, [specs[name] for name in names]))
+    for change in outcome.refused:
+        log.warning("%s: %s", change.spec.name, change.detail)
+    if outcome.failed:
+        raise outcome.failed[0][1]
+    return [change.spec.name for change in outcome.applied if change.kind == CREATE]
 
 
-__all__ = ["CONFIGS", "CREATE", "PARTITIONS", "REFUSED", "KafkaException", "TopicChange",
-           "apply_change", "ensure_declared_topics", "plan"]
+__all__ = ["CONFIGS", "CREATE", "PARTITIONS", "REFUSED", "ApplyOutcome", "KafkaException",
+           "TopicChange", "apply_change", "apply_plan", "ensure_declared_topics", "plan"]

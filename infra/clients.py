@@ -59,7 +59,8 @@ def kafka_admin(settings: Settings, quiet: bool = False,
 
 
 def connect_get(settings: Settings, path: str, timeout: float = 5.0) -> requests.Response:
-    return requests.get(settings.connect.url.rstrip("/") + path, timeout=timeout)
+    return requests.get(settings.connect.url.rstrip("/") + path, timeout=timeout,
+                        auth=settings.connect.auth())
 
 
 def postgres_connect(settings: Settings, dbname: str | None = None,

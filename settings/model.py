@@ -51,6 +51,16 @@ class ConnectSettings(_Section):
     url: str
     group_id: str = "lakehouse-connect"
     internal_topic_prefix: str = "_connect-"
+    # REST API basic auth: the embedded worker requires it when a password is set (setup
+    # generates one into .env); every client of the project sends it.
+    user: str = "lakehouse"
+    password: SecretStr | None = None
+
+    def auth(self) -> tuple[str, str] | None:
+        """(user, password) for the REST API, or None for a worker without authentication."""
+        if self.password is None or not self.password.get_secret_value():
+            return None
+        return self.user, self.password.get_secret_value()
 
     def host_port(self) -> tuple[str, int]:
         return _host_port(self.url, 8083)

@@ -21,14 +21,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import IsolationLevel, TopicPartition
-from confluent_kafka.admin import OffsetSpec
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
+from connectors import kafka_inspect
 from infra.clients import kafka_admin
 from lakehouse.definitions import load_definitions
 from lakehouse.storage import spark_uri, table_uri
@@ -89,15 +88,12 @@ def plan(settings: Settings, topics: list[str]) -> list[BronzeQuery]:
 def log_ends(settings: Settings, topic: str) -> dict[int, int]:
     """Each partition's last stable offset (what a read_committed consumer can reach)."""
     admin = kafka_admin(settings)
-    metadata = admin.list_topics(topic, timeout=20).topics.get(topic)
-    if metadata is None or metadata.error is not None:
-        return {}
-    wanted = {TopicPartition(topic, p): OffsetSpec.latest() for p in metadata.partitions}
-    if not wanted:
-        return {}
-    answers = admin.list_offsets(wanted, isolation_level=IsolationLevel.READ_COMMITTED,
-                                 request_timeout=20)
-    return {tp.partition: future.result().offset for tp, future in answers.items()}
+    partitions = kafka_inspect.partitions_of(admin, [topic])
+    ends = kafka_inspect.log_ends(admin, partitions, committed_only=True)
+    if len(ends) < len(partitions):  # never "caught up" on partitions the broker left out
+        raise RuntimeError(f"topic {topic}: the broker gave no end offset for partitions "
+                           f"{sorted(p for t, p in partitions if (t, p) not in ends)}")
+    return {partition: offset for (_, partition), offset in ends.items()}
 
 
 def _has_progress(spark: SparkSession, checkpoint: str) -> bool:

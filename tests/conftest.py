@@ -99,9 +99,10 @@ def spark(stack: Stack, settings: Settings) -> Iterator[SparkSession]:
     session.stop()
 
 
-def read_delta(settings: Settings, name: str, columns: list[str] | None = None) -> pa.Table:
-    """Lakehouse table `name` read with delta-rs (not Spark), as Arrow."""
-    uri = table_uri(settings, name)
+def read_delta(settings: Settings, name: str, columns: list[str] | None = None, *,
+               uri: str | None = None) -> pa.Table:
+    """Lakehouse table `name` (or the Delta table at `uri`) read with delta-rs, as Arrow."""
+    uri = uri or table_uri(settings, name)
     table = DeltaTable(uri, storage_options=storage_options(settings, uri))
     data = table.to_pyarrow_dataset().to_table(columns=columns)
     del table  # see docs/architecture.md: dropping it here avoids an abort at exit
@@ -117,11 +118,7 @@ def catalog_location(settings: Settings, name: str) -> str:
 
 def read_catalog_table(settings: Settings, name: str) -> pa.Table:
     """Catalog table `name` read with delta-rs from its registered location, as Arrow."""
-    uri = catalog_location(settings, name)
-    table = DeltaTable(uri, storage_options=storage_options(settings, uri))
-    data = table.to_pyarrow_dataset().to_table()
-    del table
-    return data
+    return read_delta(settings, name, uri=catalog_location(settings, name))
 
 
 @dataclass(frozen=True)

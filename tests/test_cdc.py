@@ -101,7 +101,7 @@ def cdc(stack: Stack, settings: Settings, tmp_path_factory: pytest.TempPathFacto
         _wait(lambda: _slot_active(settings, slot), 60, f"replication slot {slot} in use")
         yield CdcConnector(document["name"], slot, f"{prefix}.public.rentals")
     finally:
-        with ConnectClient(settings.connect.url) as client:
+        with ConnectClient.of(settings) as client:
             delete_connector(client, document["name"])
         _wait(lambda: not _slot_active(settings, slot), 30, f"slot {slot} released")
         with postgres_connect(settings) as conn:
@@ -253,7 +253,7 @@ def test_status_shows_the_trace_of_a_failed_task(
         "slot.retry.delay.ms": "500", "errors.max.retries": "0"})
     write_connector(tmp_path, document)
     name = document["name"]
-    with ConnectClient(settings.connect.url) as client:
+    with ConnectClient.of(settings) as client:
         try:
             run_cli("connectors", "--dir", str(tmp_path), "apply", "--no-wait")
             _wait(lambda: "FAILED" in str(client.status(name)), 90, f"{name} to fail")

@@ -42,7 +42,7 @@ def _worker_environment(stack: Stack) -> dict[str, str]:
 def test_validate_does_not_resolve_s3_keys(stack: Stack, settings: Settings) -> None:
     """`config/validate` echoes resolved values: a reference to a variable no connector file
     names must come back unresolved, never as the secret."""
-    with ConnectClient(settings.connect.url) as client:
+    with ConnectClient.of(settings) as client:
         for variable, secret in _secrets(settings).items():
             reference = f"${{env:{variable}}}"
             answer = client.validate(FILE_SOURCE, {
@@ -60,7 +60,7 @@ def test_file_provider_cannot_read_arbitrary_files(stack: Stack, settings: Setti
     """No connector file references a file, so `${file:...}` reads nothing, e.g. the
     project's .env with every secret."""
     env_file = settings.project_dir / ".env"
-    with ConnectClient(settings.connect.url) as client:
+    with ConnectClient.of(settings) as client:
         answer = client.validate(FILE_SOURCE, {
             "connector.class": FILE_SOURCE, "name": "probe", "topic": "probe",
             "file": f"${{file:{env_file}:LAKEHOUSE_S3__SECRET_KEY}}", "tasks.max": "1"})
@@ -87,8 +87,29 @@ def test_committed_cdc_connector_still_resolves_its_password(stack: Stack,
     `${env:LAKEHOUSE_POSTGRES__PASSWORD}` resolved to the right password."""
     connector = load_connector_file(CONNECTORS_DIR / "rentals-cdc.json", settings)
     assert connector.config["database.password"] == "${env:LAKEHOUSE_POSTGRES__PASSWORD}"
-    with ConnectClient(settings.connect.url) as client:
+    with ConnectClient.of(settings) as client:
         answer = client.validate(connector.connector_class, connector.config)
     errors = {c["value"]["name"]: c["value"]["errors"] for c in answer["configs"]
               if c["value"]["errors"]}
     assert answer["error_count"] == 0, f"rentals-cdc does not validate: {errors}"
+
+
+@pytest.mark.parametrize("path", ["/", "/connectors", "/connector-plugins"])
+def test_rest_api_refuses_callers_without_the_password(stack: Stack, settings: Settings,
+                                                       path: str) -> None:
+    """Basic auth on every REST path: anonymous and wrong-password calls get 401, the
+    project's credentials (connect.user / LAKEHOUSE_CONNECT__PASSWORD) get 200."""
+    import requests
+
+    auth = settings.connect.auth()
+    assert auth is not None, "the embedded profile runs Connect with a password (.env)"
+    url = settings.connect.url.rstrip("/") + path
+    assert requests.get(url, timeout=10).status_code == 401
+    assert requests.get(url, timeout=10, auth=(auth[0], auth[1] + "x")).status_code == 401
+    assert requests.get(url, timeout=10, auth=auth).status_code == 200
+
+
+def test_the_credentials_file_is_the_owners_only(stack: Stack) -> None:
+    worker = next(c for c in stack.components if c.name == "kafka-connect")
+    for path in (worker.credentials_file, worker.jaas_file):
+        assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"

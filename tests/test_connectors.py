@@ -29,7 +29,7 @@ pytestmark = pytest.mark.stack
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[ConnectClient]:
-    with ConnectClient(settings.connect.url) as connect:
+    with ConnectClient.of(settings) as connect:
         yield connect
 
 

@@ -317,7 +317,7 @@ def test_groups_shows_a_connect_source_connectors_offsets(
     source = tmp_path / "lines.txt"
     source.write_text("one\ntwo\nthree\n")
     name = f"kops-file-{RUN}"
-    with ConnectClient(settings.connect.url) as client:
+    with ConnectClient.of(settings) as client:
         client.put_config(name, {
             "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
             "tasks.max": "1", "file": str(source), "topic": topic,

@@ -222,15 +222,16 @@ def test_filestream_connector_moves_file_lines_into_a_topic(
         "topic": topic,
         "value.converter": "org.apache.kafka.connect.storage.StringConverter",
     }
-    response = requests.put(f"{url}/config", json=config, timeout=30)
+    auth = settings.connect.auth()
+    response = requests.put(f"{url}/config", json=config, timeout=30, auth=auth)
     assert response.status_code in (200, 201), response.text
     try:
         records = _read_all(settings, topic, 1, expected=len(lines), timeout=60)
         assert [value.decode() for _, _, value in records] == lines
-        status = requests.get(f"{url}/status", timeout=10).json()
+        status = requests.get(f"{url}/status", timeout=10, auth=auth).json()
         assert status["connector"]["state"] == "RUNNING", json.dumps(status)
     finally:
-        assert requests.delete(url, timeout=30).status_code in (200, 204)
+        assert requests.delete(url, timeout=30, auth=auth).status_code in (200, 204)
 
 
 # -- PostgreSQL -------------------------------------------------------------------------

@@ -92,3 +92,29 @@ def test_project_config_profiles_all_load() -> None:
         settings = load_settings(profile)
         assert settings.profile == profile
     assert not load_settings("external").embedded.enabled
+
+
+def test_env_file_gains_new_variables_and_keeps_the_old_values(tmp_path: Path) -> None:
+    """A checkout whose .env.example gained a secret: setup adds it to the existing .env with
+    a generated value, keeps every value already there, and a second run changes nothing."""
+    from settings.env_file import PLACEHOLDER, ensure_env_file
+
+    (tmp_path / ".env.example").write_text(
+        f"# comment\nA_KEY=fixed\nA_SECRET={PLACEHOLDER}\n# B_OPTIONAL=x\n")
+    assert ensure_env_file(tmp_path)
+    first = (tmp_path / ".env").read_text()
+    secret = dict(line.split("=", 1) for line in first.splitlines()
+                  if line and not line.startswith("#"))["A_SECRET"]
+    assert secret != PLACEHOLDER and len(secret) >= 20
+    assert (tmp_path / ".env").stat().st_mode & 0o077 == 0
+
+    (tmp_path / ".env").write_text(first.replace("A_KEY=fixed", "A_KEY=mine"))
+    (tmp_path / ".env.example").write_text(
+        (tmp_path / ".env.example").read_text() + f"NEW_SECRET={PLACEHOLDER}\n")
+    assert ensure_env_file(tmp_path)
+    values = dict(line.split("=", 1) for line in (tmp_path / ".env").read_text().splitlines()
+                  if line and not line.startswith("#"))
+    assert values["A_KEY"] == "mine" and values["A_SECRET"] == secret
+    assert values["NEW_SECRET"] not in ("", PLACEHOLDER)
+    assert "B_OPTIONAL" not in values
+    assert not ensure_env_file(tmp_path)

@@ -21,6 +21,7 @@ MODULE = "connect"  # the Maven module of infra/jvm whose class path runs the wo
 PLUGINS_MODULE = "connect-plugins"  # its plugin.path: one folder per plugin
 # What the JVM and its tools read from the environment; with the variables the connector
 # files reference, the whole environment of the worker.
+BASIC_AUTH = "org.apache.kafka.connect.rest.basic.auth.extension"
 SYSTEM_VARIABLES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE",
                               "TZ", "TMPDIR"})
 
@@ -47,6 +48,32 @@ class KafkaConnect(Component):
     def worker_file(self) -> Path:
         return self.layout.run / "connect-worker.properties"
 
+    @property
+    def jaas_file(self) -> Path:
+        return self.layout.run / "connect-jaas.conf"
+
+    @property
+    def credentials_file(self) -> Path:
+        return self.layout.run / "connect-credentials.properties"
+
+    def _write_rest_credentials(self) -> str:
+        """The basic-auth extension's JAAS section and credentials file (owner-only), or
+        nothing when no password is set; the worker properties line that enables it."""
+        auth = self.settings.connect.auth()
+        self.jaas_file.unlink(missing_ok=True)
+        self.credentials_file.unlink(missing_ok=True)
+        if auth is None:
+            return ""
+        user, password = auth
+        for path in (self.credentials_file, self.jaas_file):
+            path.touch(mode=0o600)
+            path.chmod(0o600)
+        self.credentials_file.write_text(f"{user}={password}\n")
+        self.jaas_file.write_text(
+            "KafkaConnect {\n  " + BASIC_AUTH + ".PropertyFileLoginModule required\n"
+            f'  file="{self.credentials_file}";\n}};\n')
+        return f"rest.extension.classes={BASIC_AUTH}.BasicAuthSecurityRestExtension"
+
     def prepare(self) -> None:
         host, port = self.settings.connect.host_port()
         template = Template((TEMPLATES / "connect-worker.properties").read_text())
@@ -58,6 +85,7 @@ class KafkaConnect(Component):
             rest_port=port,
             topic_prefix=self.settings.connect.internal_topic_prefix,
             plugin_path=self.layout.jvm_module(PLUGINS_MODULE),
+            rest_extension=self._write_rest_credentials(),
             config_providers="\n".join(f"{key}={value}" for key, value
                                         in worker_provider_properties(CONNECTORS_DIR).items()),
         ))
@@ -70,6 +98,8 @@ class KafkaConnect(Component):
             "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
             "-Djava.awt.headless=true", "-Djava.net.preferIPv4Stack=true",
             f"-Dlog4j2.configurationFile={TEMPLATES / 'jvm-log4j2.properties'}",
+            *([f"-Djava.security.auth.login.config={self.jaas_file}"]
+              if self.settings.connect.auth() else []),
             "-cp", f"{self.layout.jvm_module(MODULE)}/*",
             "org.apache.kafka.connect.cli.ConnectDistributed",
             str(self.worker_file),
