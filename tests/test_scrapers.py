@@ -335,3 +335,21 @@ def test_gbfs_ttl_is_respected(stack: Stack, settings: Settings, tmp_path: Path)
         assert any("station_status: within ttl" in n for n in second.notes), second.notes
         assert sim.request_count("station_status") == 1
         assert sim.request_count("gbfs.json") == 1
+
+
+def test_localized_names_in_the_feed_language_and_an_entry_without_text_rejected() -> None:
+    """GBFS 3.0 localized strings: the entry in the feed's language is taken; an entry
+    without a string `text` is a record error naming the field, never the string "None"."""
+    from connectors.scrapers.gbfs import Envelope, RecordError, normalise
+
+    envelope = Envelope(version="3.0", last_updated=1_700_000_000, ttl=30, data={})
+    station = {"station_id": "s1", "lat": 1.0, "lon": 2.0,
+               "name": [{"text": "Gare", "language": "fr"}, {"text": "Station", "language": "en"}]}
+    record = normalise("station_information", station, envelope, "sys", "en")
+    assert record.value["name"] == "Station"
+    for broken in ([{"language": "en"}], [{"text": None, "language": "en"}], ["plain"]):
+        with pytest.raises(RecordError, match=r"^name: "):
+            normalise("station_information", {**station, "name": broken}, envelope, "sys", "en")
+    with pytest.raises(RecordError, match=r"^address: "):
+        normalise("station_information", {**station, "address": [{"language": "en"}]},
+                  envelope, "sys", "en")

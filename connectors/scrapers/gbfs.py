@@ -98,17 +98,19 @@ def major(version: str) -> str:
     return version.split(".", 1)[0]
 
 
-def text(value: Any, language: str | None) -> str | None:
-    """A plain string (2.x) or a v3 localized [{text, language}] array in `language`."""
+def text(value: Any, language: str | None, field: str) -> str | None:
+    """A plain string (2.x) or a v3 localized [{text, language}] array in `language` (else
+    its first entry). An entry without a string `text` is an error naming the field, never
+    the string "None"."""
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, list) and value:
-        for entry in value:
-            if isinstance(entry, dict) and entry.get("language") == language:
-                return str(entry.get("text"))
-        first = value[0]
-        return str(first.get("text")) if isinstance(first, dict) else str(first)
-    raise RecordError(f"expected text or localized text, got {value!r}")
+        chosen = next((entry for entry in value if isinstance(entry, dict)
+                       and entry.get("language") == language), value[0])
+        if isinstance(chosen, dict) and isinstance(chosen.get("text"), str):
+            return chosen["text"]
+        raise RecordError(f"{field}: localized text without a string `text`: {chosen!r}")
+    raise RecordError(f"{field}: expected text or localized text, got {value!r}")
 
 
 def _required(item: dict[str, Any], field: str) -> Any:
@@ -153,12 +155,12 @@ def normalise(feed: str, item: Any, env: Envelope, system_id: str,
     if feed == "station_information":
         value = {**common,
                  "station_id": str(_required(item, "station_id")),
-                 "name": text(_required(item, "name"), language),
-                 "short_name": text(item.get("short_name"), language),
+                 "name": text(_required(item, "name"), language, "name"),
+                 "short_name": text(item.get("short_name"), language, "short_name"),
                  "lat": _number(_required(item, "lat"), "lat"),
                  "lon": _number(_required(item, "lon"), "lon"),
                  "capacity": _number(item.get("capacity"), "capacity", int),
-                 "address": text(item.get("address"), language),
+                 "address": text(item.get("address"), language, "address"),
                  "region_id": None if item.get("region_id") is None else str(item["region_id"])}
     elif feed == "station_status":
         bikes = item.get("num_vehicles_available", item.get("num_bikes_available"))
