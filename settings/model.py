@@ -196,18 +196,6 @@ class ScraperSettings(_Section):
     delivery_timeout_seconds: float = Field(default=30.0, gt=0)
 
 
-class SeaweedfsPorts(_Section):
-    """SeaweedFS's internal HTTP ports; each server also listens on port + 10000 (gRPC)."""
-
-    master_port: int = Field(ge=1, le=55535)
-    volume_port: int = Field(ge=1, le=55535)
-    filer_port: int = Field(ge=1, le=55535)
-    iceberg_port: int = Field(ge=1, le=65535)
-    lance_port: int = Field(ge=1, le=65535)
-    admin_port: int = Field(ge=1, le=55535)
-    metrics_port: int = Field(ge=1, le=65535)
-
-
 # Broker n of the embedded cluster listens on the configured client and controller ports
 # plus this many times n-1: the two ports of a node sit next to each other (19092/19093,
 # then 19094/19095, ...), so a cluster takes one contiguous block of 2 x brokers ports.
@@ -248,7 +236,6 @@ class EmbeddedSettings(_Section):
     # it is one more Spark driver (spark.driver_memory).
     sql_endpoint: bool = False
     sql_endpoint_port: int = Field(default=18010, ge=1, le=65535)
-    seaweedfs: SeaweedfsPorts
 
 
 class Settings(_Section):
@@ -262,7 +249,7 @@ class Settings(_Section):
     connect: ConnectSettings
     s3: S3Settings
     postgres: PostgresSettings
-    embedded: EmbeddedSettings
+    embedded: EmbeddedSettings = Field(default_factory=EmbeddedSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
     lakehouse: LakehouseSettings = Field(default_factory=LakehouseSettings)
     simulator: SimulatorSettings = Field(default_factory=SimulatorSettings)

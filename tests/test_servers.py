@@ -18,7 +18,7 @@ from settings import Settings
 from tests.jvm_versions import KAFKA_VERSION
 from tests.kafka_support import produce_transactions
 
-# -- S3 (SeaweedFS) ---------------------------------------------------------------------
+# -- S3 (MinIO) -------------------------------------------------------------------------
 
 
 def test_s3_rejects_a_wrong_key(stack: Stack, settings: Settings) -> None:

@@ -18,9 +18,6 @@ profiles:
     connect: {url: "http://127.0.0.1:8083"}
     s3: {endpoint: "http://127.0.0.1:9000", bucket: lake}
     postgres: {host: 127.0.0.1, port: 5432, database: db, user: me}
-    embedded:
-      seaweedfs: {master_port: 1, volume_port: 2, filer_port: 3, iceberg_port: 4,
-                  lance_port: 5, admin_port: 6, metrics_port: 7}
   child:
     extends: base
     kafka: {bootstrap_servers: "broker:29092"}

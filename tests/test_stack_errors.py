@@ -14,14 +14,12 @@ from infra.ports import port_is_free
 from settings import load_settings
 from tests.conftest import run_cli
 
-SEAWEEDFS_GRPC_OFFSET = 10000
-
 
 def _free_ports(count: int, start: int = 23000) -> list[int]:
-    """Ports free on loopback, together with their SeaweedFS gRPC twin (+10000)."""
+    """Ports free on loopback."""
     ports = []
     for port in range(start, start + 900):
-        if port_is_free(port) and port_is_free(port + SEAWEEDFS_GRPC_OFFSET):
+        if port_is_free(port):
             ports.append(port)
             if len(ports) == count:
                 return ports
@@ -39,44 +37,39 @@ def occupied_port() -> Iterator[int]:
 
 def _isolated_env(tmp_path: Path, ports: list[int]) -> dict[str, str]:
     """Overrides giving a whole stack its own state folder and ports."""
-    names = ["MASTER_PORT", "VOLUME_PORT", "FILER_PORT", "ICEBERG_PORT", "LANCE_PORT",
-             "ADMIN_PORT", "METRICS_PORT"]
-    pairs = zip(names, ports[:7], strict=True)
-    env = {f"LAKEHOUSE_EMBEDDED__SEAWEEDFS__{name}": str(port) for name, port in pairs}
-    env.update({
+    return {
         "LAKEHOUSE_STATE_DIR": str(tmp_path / "state"),
-        "LAKEHOUSE_S3__ENDPOINT": f"http://127.0.0.1:{ports[7]}",
-        "LAKEHOUSE_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{ports[8]}",
-        "LAKEHOUSE_CONNECT__URL": f"http://127.0.0.1:{ports[9]}",
-        "LAKEHOUSE_POSTGRES__PORT": str(ports[10]),
-        "LAKEHOUSE_EMBEDDED__KAFKA_CONTROLLER_PORT": str(ports[11]),
-    })
-    return env
+        "LAKEHOUSE_S3__ENDPOINT": f"http://127.0.0.1:{ports[0]}",
+        "LAKEHOUSE_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{ports[1]}",
+        "LAKEHOUSE_CONNECT__URL": f"http://127.0.0.1:{ports[2]}",
+        "LAKEHOUSE_POSTGRES__PORT": str(ports[3]),
+        "LAKEHOUSE_EMBEDDED__KAFKA_CONTROLLER_PORT": str(ports[4]),
+    }
 
 
 def test_taken_port_names_component_port_setting_and_log(
     tmp_path: Path, occupied_port: int
 ) -> None:
-    env = _isolated_env(tmp_path, _free_ports(12))
+    env = _isolated_env(tmp_path, _free_ports(5))
     env["LAKEHOUSE_S3__ENDPOINT"] = f"http://127.0.0.1:{occupied_port}"
     result = run_cli("up", env=env)
     assert result.returncode == 2
-    assert (f"seaweedfs: port {occupied_port} (s3) on 127.0.0.1 is already in use"
+    assert (f"minio: port {occupied_port} (s3) on 127.0.0.1 is already in use"
             in result.stderr), result.stderr
     assert "LAKEHOUSE_S3__ENDPOINT" in result.stderr
-    assert f"log: {tmp_path / 'state' / 'logs' / 'seaweedfs.log'}" in result.stderr
+    assert f"log: {tmp_path / 'state' / 'logs' / 'minio.log'}" in result.stderr
 
 
 def test_failure_midway_stops_what_was_started(tmp_path: Path, occupied_port: int) -> None:
-    ports = _free_ports(12)
+    ports = _free_ports(5)
     env = _isolated_env(tmp_path, ports)
     env["LAKEHOUSE_CONNECT__URL"] = f"http://127.0.0.1:{occupied_port}"
     result = run_cli("up", env=env)
     assert result.returncode == 2, result.stderr
     assert f"kafka-connect: port {occupied_port} (REST)" in result.stderr
-    assert "seaweedfs: healthy" in result.stderr and "kafka: healthy" in result.stderr
+    assert "minio: healthy" in result.stderr and "kafka: healthy" in result.stderr
     assert "kafka: stopping (start of the stack failed)" in result.stderr
-    assert "seaweedfs: stopping (start of the stack failed)" in result.stderr
+    assert "minio: stopping (start of the stack failed)" in result.stderr
     pid_files = list((tmp_path / "state" / "pids").glob("*.pid"))
     assert not pid_files, f"PID files left behind: {pid_files}"
     taken = [p for p in ports if not port_is_free(p)]
@@ -87,18 +80,18 @@ def test_failure_midway_stops_what_was_started(tmp_path: Path, occupied_port: in
 
 
 def test_missing_binary_names_the_file_and_the_fix(tmp_path: Path) -> None:
-    env = _isolated_env(tmp_path, _free_ports(12))
+    env = _isolated_env(tmp_path, _free_ports(5))
     env["LAKEHOUSE_TOOLS_DIR"] = str(tmp_path / "no-tools")
     result = run_cli("up", env=env)
     assert result.returncode == 2
-    missing = tmp_path / "no-tools" / "bin" / "weed"
-    assert f"seaweedfs: binary not found: {missing}; run `make setup`" in result.stderr
+    missing = tmp_path / "no-tools" / "bin" / "minio"
+    assert f"minio: binary not found: {missing}; run `make setup`" in result.stderr
 
 
 def test_missing_jar_folder_names_the_component_and_the_fix(tmp_path: Path) -> None:
     """The S3 server is found, the broker's class path is not: the error names the broker,
     the missing jar and `make setup`, and the S3 server it started is stopped again."""
-    ports = _free_ports(12)
+    ports = _free_ports(5)
     env = _isolated_env(tmp_path, ports)
     tools = tmp_path / "tools"
     shutil.copytree(Path(load_settings("test").tools_path) / "bin", tools / "bin")
@@ -107,7 +100,7 @@ def test_missing_jar_folder_names_the_component_and_the_fix(tmp_path: Path) -> N
     assert result.returncode == 2, result.stderr
     missing = tools / "jvm" / "kafka" / "kafka_2.13-<version>.jar"
     assert f"kafka: binary not found: {missing}; run `make setup`" in result.stderr
-    assert "seaweedfs: stopping (start of the stack failed)" in result.stderr
+    assert "minio: stopping (start of the stack failed)" in result.stderr
     taken = [p for p in ports if not port_is_free(p)]
     assert not taken, f"ports still in use after the failed start: {taken}"
 
@@ -130,7 +123,7 @@ def test_external_profile_starts_nothing(tmp_path: Path) -> None:
 def test_postgres_cluster_follows_the_state_folder_and_its_password(tmp_path: Path) -> None:
     """A deleted state folder (fresh clone at the same path) leaves no stale cluster behind;
     a changed password on a kept cluster fails at once, naming the setting and the fix."""
-    ports = _free_ports(12)
+    ports = _free_ports(5)
     env = _isolated_env(tmp_path, ports)
     try:
         first = run_cli("up", env={**env, "LAKEHOUSE_POSTGRES__PASSWORD": "first-pw"})
@@ -154,6 +147,9 @@ def test_postgres_cluster_follows_the_state_folder_and_its_password(tmp_path: Pa
         assert not list((tmp_path / "state" / "pids").glob("*.pid"))
         taken = [p for p in ports if not port_is_free(p)]
         assert not taken, f"ports still in use after the failed start: {taken}"
+        assert (tmp_path / "state" / "data" / "minio" / "lakehouse").is_dir()
     finally:
         run_cli("down", env=env)
-        run_cli("clean", "--yes", env=env)
+        cleaned = run_cli("clean", "--yes", env=env)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert not (tmp_path / "state").exists(), "`clean` must delete the S3 objects too"

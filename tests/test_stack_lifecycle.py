@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 import psutil
 
+from infra.clients import s3_client
+from infra.install import load_manifest
 from infra.stack import Stack
+from settings import Settings
 from tests.conftest import assert_nothing_left, run_cli, stack_pids
 from tests.jvm_versions import KAFKA_VERSION
 
 LOOPBACK = ("127.0.0.1", "::1", "::ffff:127.0.0.1")
-EXPECTED_VERSIONS = {"seaweedfs": "4.48", "kafka": KAFKA_VERSION, "kafka-connect": KAFKA_VERSION}
+MINIO_BUILD = next(b for b in load_manifest()["go_builds"] if b["name"] == "minio")
+EXPECTED_VERSIONS = {"minio": MINIO_BUILD["version"], "kafka": KAFKA_VERSION,
+                     "kafka-connect": KAFKA_VERSION}
 
 
 def test_status_reports_every_component_healthy(stack: Stack) -> None:
     result = run_cli("status", "--servers-only", "--json")
     assert result.returncode == 0, result.stderr
     rows = {row["name"]: row for row in json.loads(result.stdout)}
-    assert set(rows) == {"seaweedfs", "kafka", "kafka-connect", "postgres"}
+    assert set(rows) == {"minio", "kafka", "kafka-connect", "postgres"}
     for row in rows.values():
         assert row["state"] == "healthy", row
         assert row["pid"] and row["uptime_seconds"] > 0, row
@@ -70,7 +76,11 @@ def test_dead_component_is_restarted_by_up(stack: Stack) -> None:
     assert kafka.process.pid() not in (None, old_pid)
 
 
-def test_down_stops_everything_and_second_down_is_a_noop(stack: Stack) -> None:
+def test_down_stops_everything_and_second_down_is_a_noop(stack: Stack,
+                                                          settings: Settings) -> None:
+    """...and the objects written before `down` are there after the next `up`."""
+    key = f"tests/{uuid.uuid4().hex}/kept.bin"
+    s3_client(settings).put_object(Bucket=settings.s3.bucket, Key=key, Body=b"kept")
     pids = stack_pids(stack)
     assert len(pids) == 4
     result = run_cli("down")
@@ -82,3 +92,6 @@ def test_down_stops_everything_and_second_down_is_a_noop(stack: Stack) -> None:
     # bring it back for the tests that follow
     result = run_cli("up")
     assert result.returncode == 0, result.stderr
+    kept = s3_client(settings).get_object(Bucket=settings.s3.bucket, Key=key)
+    assert kept["Body"].read() == b"kept"
+    assert "created bucket" not in result.stderr  # the same data folder, not a fresh one
