@@ -186,6 +186,23 @@ class ScraperSettings(_Section):
     delivery_timeout_seconds: float = Field(default=30.0, gt=0)
 
 
+class AirflowSettings(_Section):
+    """Airflow, which schedules the periodic work (orchestration/dags/); secrets in .env."""
+
+    # Database of Airflow's metadata in the project's PostgreSQL (created when missing).
+    database: str = "airflow"
+    # The UI's one user (simple auth manager); its password is admin_password.
+    admin_user: str = "admin"
+    admin_password: SecretStr | None = None
+    # Seed of the API's JWT secret and the Fernet key of Airflow's connections.
+    secret_key: SecretStr | None = None
+    # Task instances running at once (LocalExecutor); the tasks are Spark jobs on 2 cores.
+    parallelism: int = Field(default=2, ge=1, le=32)
+    # Retries of a failed task, and the wait between them.
+    retries: int = Field(default=2, ge=0)
+    retry_delay_seconds: int = Field(default=60, ge=0)
+
+
 class SeaweedfsPorts(_Section):
     """SeaweedFS's internal HTTP ports; each server also listens on port + 10000 (gRPC)."""
 
@@ -238,6 +255,10 @@ class EmbeddedSettings(_Section):
     # it is one more Spark driver (spark.driver_memory).
     sql_endpoint: bool = False
     sql_endpoint_port: int = Field(default=18010, ge=1, le=65535)
+    # Airflow (API server with the UI, scheduler, DAG processor, triggerer): `lakehouse up`
+    # starts it when true (or with `up --airflow`); off by default, the ingest needs none.
+    airflow: bool = False
+    airflow_port: int = Field(default=18280, ge=1, le=65535)
     seaweedfs: SeaweedfsPorts
 
 
@@ -260,6 +281,7 @@ class Settings(_Section):
     rentals: RentalsSettings = Field(default_factory=RentalsSettings)
     gold: GoldSettings = Field(default_factory=GoldSettings)
     analysis: AnalysisSettings = Field(default_factory=AnalysisSettings)
+    airflow: AirflowSettings = Field(default_factory=AirflowSettings)
 
     @model_validator(mode="after")
     def _kafka_ports_distinct(self) -> Settings:
