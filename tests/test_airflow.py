@@ -1,0 +1,171 @@
+"""Airflow schedules the periodic work: the project starts a real Airflow (`lakehouse up
+--airflow`) next to the test stack; every DAG imports, each scrape DAG runs on its source
+file's interval, a scrape DAG triggered through the REST API puts records in the topic,
+and one whose feed is down is retried and then failed."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psutil
+import pytest
+import requests
+from confluent_kafka import Consumer, TopicPartition
+
+from connectors.scrapers.source_config import load_sources
+from connectors.simulator.server import FeedSimulator
+from infra import airflow_env
+from infra.clients import kafka_admin, kafka_config
+from infra.ports import port_is_free
+from infra.stack import Stack
+from settings import Settings
+from tests.conftest import run_cli
+
+# Fast failure for the tests: one retry a second later, no HTTP retries in the scraper, and
+# topics of their own (a fresh prefix: the records counted are this module's).
+TOPIC_PREFIX = f"af{uuid.uuid4().hex[:8]}."
+AIRFLOW_ENV = {"LAKEHOUSE_AIRFLOW__RETRIES": "1",
+               "LAKEHOUSE_AIRFLOW__RETRY_DELAY_SECONDS": "1",
+               "LAKEHOUSE_SCRAPER__RETRIES": "0",
+               "LAKEHOUSE_KAFKA__TOPIC_PREFIX": TOPIC_PREFIX}
+OTHER_DAGS = {"transform", "maintenance", "quality", "connector_health"}
+RUN_DEADLINE = 300.0
+
+
+class AirflowApi:
+    """Airflow's REST API v2 with a token of the admin user (simple auth manager)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.url = airflow_env.api_url(settings)
+        answer = requests.post(f"{self.url}/auth/token", timeout=30, json={
+            "username": settings.airflow.admin_user,
+            "password": airflow_env.admin_password(settings)})
+        assert answer.status_code in (200, 201), answer.text
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {answer.json()['access_token']}"
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        answer = self.session.request(method, f"{self.url}/api/v2{path}", timeout=30, **kwargs)
+        assert answer.ok, f"{method} {path}: {answer.status_code} {answer.text[:500]}"
+        return answer.json()
+
+    def dag_ids(self) -> set[str]:
+        return {d["dag_id"] for d in self.call("GET", "/dags", params={"limit": 100})["dags"]}
+
+    def run(self, dag_id: str) -> dict[str, Any]:
+        """Unpause `dag_id`, trigger a run, wait until it ends, pause it again."""
+        self.call("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
+        try:
+            run_id = self.call("POST", f"/dags/{dag_id}/dagRuns",
+                               json={"logical_date": None})["dag_run_id"]
+            deadline = time.monotonic() + RUN_DEADLINE
+            while time.monotonic() < deadline:
+                run = self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}")
+                if run["state"] in ("success", "failed"):
+                    return run
+                time.sleep(1)
+            raise AssertionError(f"{dag_id} run {run_id} still {run['state']} after "
+                                 f"{RUN_DEADLINE:.0f} s")
+        finally:
+            self.call("PATCH", f"/dags/{dag_id}", json={"is_paused": True})
+
+    def task(self, run: dict[str, Any], task_id: str) -> dict[str, Any]:
+        return self.call("GET", f"/dags/{run['dag_id']}/dagRuns/{run['dag_run_id']}"
+                                f"/taskInstances/{task_id}")
+
+
+def _airflow_components(settings: Settings) -> list:
+    return [c for c in Stack(settings).components if c.name.startswith("airflow-")]
+
+
+@pytest.fixture(scope="module")
+def airflow(stack: Stack, settings: Settings) -> Iterator[AirflowApi]:
+    """Airflow started by the project on the running test stack; stopped after the module
+    (every process of it gone, its port free)."""
+    for component in _airflow_components(settings):  # one left by an earlier session runs
+        component.stop()                              # with other settings: start afresh
+    result = run_cli("up", "--airflow", env=AIRFLOW_ENV, timeout=600)
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"[-4000:]
+    components = _airflow_components(settings)
+    pids = [pid for c in components if (pid := c.process.pid()) is not None]
+    assert len(pids) == 4, [c.name for c in components]
+    try:
+        yield AirflowApi(settings)
+    finally:
+        for component in reversed(components):
+            component.stop()
+        alive = [p for p in pids if psutil.pid_exists(p)
+                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        assert not alive, f"Airflow processes left running: {alive}"
+        assert port_is_free(settings.embedded.airflow_port)
+
+
+def _wait_for_dags(api: AirflowApi, expected: set[str], timeout: float = 180) -> set[str]:
+    """The DAG ids once every expected one is parsed (the DAG processor's first pass)."""
+    deadline = time.monotonic() + timeout
+    found: set[str] = set()
+    while time.monotonic() < deadline:
+        found = api.dag_ids()
+        if expected <= found:
+            return found
+        time.sleep(1)
+    raise AssertionError(f"DAGs missing after {timeout:.0f} s: {sorted(expected - found)}")
+
+
+def test_every_dag_imports_and_each_scrape_dag_follows_its_source_file(
+        airflow: AirflowApi, settings: Settings) -> None:
+    sources = load_sources(settings)
+    every_file = load_sources(settings, include_disabled=True)
+    expected = {f"scrape_{s.name}" for s in sources} | OTHER_DAGS
+    found = _wait_for_dags(airflow, expected)
+    errors = airflow.call("GET", "/importErrors")
+    assert errors["total_entries"] == 0, errors
+    disabled = {f"scrape_{s.name}" for s in every_file} - expected
+    assert not disabled & found, f"disabled sources got a DAG: {disabled & found}"
+    for source in sources:
+        details = airflow.call("GET", f"/dags/scrape_{source.name}/details")
+        assert details["timetable_summary"] == str(
+            timedelta(seconds=source.spec.interval_seconds)), (source.path, details)
+        assert details["catchup"] is False
+        assert details["max_active_runs"] == 1
+        assert details["default_args"]["retries"] == 1  # the setting, from AIRFLOW_ENV
+
+
+def _end_offsets(settings: Settings, topic: str) -> int:
+    """Records ever written to `topic` (0 while it does not exist)."""
+    found = kafka_admin(settings).list_topics(timeout=10).topics.get(topic)
+    if found is None:
+        return 0
+    consumer = Consumer({**kafka_config(settings), "group.id": f"t-{uuid.uuid4().hex}"})
+    try:
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                   for p in found.partitions)
+    finally:
+        consumer.close()
+
+
+def test_triggered_scrape_dag_succeeds_and_records_arrive_in_the_topic(
+        airflow: AirflowApi, settings: Settings) -> None:
+    _wait_for_dags(airflow, {"scrape_lakeside_gbfs"})
+    topic = TOPIC_PREFIX + "station_status"
+    before = _end_offsets(settings, topic)
+    with FeedSimulator(port=settings.simulator.port, host=settings.simulator.host,
+                       seed=settings.simulator.seed):
+        run = airflow.run("scrape_lakeside_gbfs")
+    assert run["state"] == "success", (run, airflow.task(run, "scrape"))
+    assert _end_offsets(settings, topic) > before
+
+
+def test_scrape_dag_with_its_feed_down_is_retried_then_failed(
+        airflow: AirflowApi, settings: Settings) -> None:
+    _wait_for_dags(airflow, {"scrape_lakeside_weather"})
+    assert port_is_free(settings.simulator.port), "the feed must be down for this test"
+    run = airflow.run("scrape_lakeside_weather")
+    task = airflow.task(run, "scrape")
+    assert run["state"] == "failed", run
+    assert task["state"] == "failed", task
+    assert task["try_number"] == 2, task  # the first try and the one retry of AIRFLOW_ENV
