@@ -1,7 +1,10 @@
 """Airflow schedules the periodic work: the project starts a real Airflow (`lakehouse up
 --airflow`) next to the test stack; every DAG imports, each scrape DAG runs on its source
 file's interval, a scrape DAG triggered through the REST API puts records in the topic,
-and one whose feed is down is retried and then failed."""
+one whose feed is down is retried and then failed, the UI (headless Chromium) shows the
+DAGs with their last run's state (screenshot under the state folder's test-output), and
+the transform DAG rebuilds the marts of the shared ingest (Airflow restarted with that
+ingest's settings: its tasks run `lakehouse` with the environment Airflow started with)."""
 
 from __future__ import annotations
 
@@ -10,11 +13,14 @@ import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
+from urllib.parse import unquote
 
 import psutil
 import pytest
 import requests
 from confluent_kafka import Consumer, TopicPartition
+from deltalake import DeltaTable
+from playwright.sync_api import expect, sync_playwright
 
 from connectors.scrapers.source_config import load_sources
 from connectors.simulator.server import FeedSimulator
@@ -22,8 +28,10 @@ from infra import airflow_env
 from infra.clients import kafka_admin, kafka_config
 from infra.ports import port_is_free
 from infra.stack import Stack
+from lakehouse.storage import storage_options
 from settings import Settings
-from tests.conftest import run_cli
+from tests.conftest import IngestedLakehouse, catalog_location, run_cli
+from tests.test_docs_site import CHROMIUM, CHROMIUM_ARGS, VIEWPORT
 
 # Fast failure for the tests: one retry a second later, no HTTP retries in the scraper, and
 # topics of their own (a fresh prefix: the records counted are this module's).
@@ -34,6 +42,7 @@ AIRFLOW_ENV = {"LAKEHOUSE_AIRFLOW__RETRIES": "1",
                "LAKEHOUSE_KAFKA__TOPIC_PREFIX": TOPIC_PREFIX}
 OTHER_DAGS = {"transform", "maintenance", "quality", "connector_health"}
 RUN_DEADLINE = 300.0
+MARTS = ("dim_station", "fct_rentals_daily")
 
 
 class AirflowApi:
@@ -56,20 +65,20 @@ class AirflowApi:
     def dag_ids(self) -> set[str]:
         return {d["dag_id"] for d in self.call("GET", "/dags", params={"limit": 100})["dags"]}
 
-    def run(self, dag_id: str) -> dict[str, Any]:
+    def run(self, dag_id: str, deadline_seconds: float = RUN_DEADLINE) -> dict[str, Any]:
         """Unpause `dag_id`, trigger a run, wait until it ends, pause it again."""
         self.call("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
         try:
             run_id = self.call("POST", f"/dags/{dag_id}/dagRuns",
                                json={"logical_date": None})["dag_run_id"]
-            deadline = time.monotonic() + RUN_DEADLINE
+            deadline = time.monotonic() + deadline_seconds
             while time.monotonic() < deadline:
                 run = self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}")
                 if run["state"] in ("success", "failed"):
                     return run
                 time.sleep(1)
             raise AssertionError(f"{dag_id} run {run_id} still {run['state']} after "
-                                 f"{RUN_DEADLINE:.0f} s")
+                                 f"{deadline_seconds:.0f} s")
         finally:
             self.call("PATCH", f"/dags/{dag_id}", json={"is_paused": True})
 
@@ -96,6 +105,7 @@ def airflow(stack: Stack, settings: Settings) -> Iterator[AirflowApi]:
     try:
         yield AirflowApi(settings)
     finally:
+        pids = [pid for c in components if (pid := c.process.pid()) is not None]  # restarts
         for component in reversed(components):
             component.stop()
         alive = [p for p in pids if psutil.pid_exists(p)
@@ -169,3 +179,66 @@ def test_scrape_dag_with_its_feed_down_is_retried_then_failed(
     assert run["state"] == "failed", run
     assert task["state"] == "failed", task
     assert task["try_number"] == 2, task  # the first try and the one retry of AIRFLOW_ENV
+
+
+def test_ui_login_shows_the_dags_with_their_last_run_state(
+        airflow: AirflowApi, settings: Settings) -> None:
+    """After the runs above: the DAG list, each scrape DAG's latest run badge as the REST
+    API has that run."""
+    sources = load_sources(settings)
+    dags = sorted({f"scrape_{s.name}" for s in sources} | OTHER_DAGS)
+    output_dir = settings.state_path / "test-output"
+    output_dir.mkdir(parents=True, exist_ok=True)
+    screenshot = output_dir / "airflow_dags.png"
+    screenshot.unlink(missing_ok=True)
+    badges: dict[str, tuple[str, str | None]] = {}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport=VIEWPORT)
+            page.goto(f"{airflow.url}/dags")
+            page.get_by_label("Username").fill(settings.airflow.admin_user)
+            page.get_by_label("Password").fill(airflow_env.admin_password(settings))
+            page.get_by_role("button", name="Sign in").click()
+            for dag in dags:
+                expect(page.locator(f'a[data-testid="dag-id"][href="/dags/{dag}"]')
+                       ).to_have_text(dag, timeout=60_000)
+            for source in sources:
+                dag = f"scrape_{source.name}"
+                link = page.locator(f'[data-testid="latest-run"] a[href^="/dags/{dag}/runs/"]')
+                expect(link).to_be_visible(timeout=30_000)
+                badge = link.locator('[data-testid="state-badge"]')
+                badges[dag] = (unquote(link.get_attribute("href") or "").rsplit("/", 1)[1],
+                               badge.get_attribute("aria-label"))
+            page.screenshot(path=str(screenshot))
+        finally:
+            browser.close()
+    print(f"Airflow UI screenshot: {screenshot}")
+    for dag, (run_id, state) in badges.items():
+        assert state in ("success", "failed"), (dag, run_id, state)
+        assert airflow.call("GET", f"/dags/{dag}/dagRuns/{run_id}")["state"] == state
+    png = screenshot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000, len(png)
+
+
+def _last_commit_ms(settings: Settings, name: str) -> int:
+    uri = catalog_location(settings, name)
+    table = DeltaTable(uri, storage_options=storage_options(settings, uri))
+    stamp = int(table.history(1)[0]["timestamp"])
+    del table
+    return stamp
+
+
+def test_transform_dag_rebuilds_the_marts(airflow: AirflowApi, settings: Settings,
+                                          ingested_lakehouse: IngestedLakehouse) -> None:
+    for component in _airflow_components(settings):
+        component.stop()
+    fast = {k: v for k, v in AIRFLOW_ENV.items() if k != "LAKEHOUSE_KAFKA__TOPIC_PREFIX"}
+    result = run_cli("up", "--airflow", env={**fast, **ingested_lakehouse.env}, timeout=600)
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"[-4000:]
+    _wait_for_dags(airflow, {"transform"})
+    began_ms = int(time.time() * 1000)
+    run = airflow.run("transform", deadline_seconds=1200)
+    assert run["state"] == "success", (run, airflow.task(run, "transform"))
+    for mart in MARTS:
+        assert _last_commit_ms(ingested_lakehouse.settings, f"marts.{mart}") >= began_ms, mart
