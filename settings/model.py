@@ -184,6 +184,9 @@ class ScraperSettings(_Section):
     backoff_jitter_seconds: float = Field(default=0.5, ge=0)
     # How long to wait for the broker to acknowledge a snapshot before calling it failed.
     delivery_timeout_seconds: float = Field(default=30.0, gt=0)
+    # The scrapers' dedupe state (one file per source), relative to the state folder unless
+    # absolute: a scrape sharing it never produces a snapshot twice.
+    state_dir: str = "scrapers"
 
 
 class AirflowSettings(_Section):
@@ -334,6 +337,12 @@ class Settings(_Section):
     def state_path(self) -> Path:
         """Absolute state folder (a relative `state_dir` is taken from the project folder)."""
         return self._absolute(self.state_dir)
+
+    @property
+    def scraper_state_path(self) -> Path:
+        """Absolute folder of the scrapers' dedupe state (scraper.state_dir)."""
+        folder = Path(self.scraper.state_dir)
+        return folder if folder.is_absolute() else self.state_path / folder
 
     @property
     def tables_uri(self) -> str:

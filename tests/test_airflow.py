@@ -33,12 +33,15 @@ from settings import Settings
 from tests.conftest import IngestedLakehouse, catalog_location, run_cli
 from tests.test_docs_site import CHROMIUM, CHROMIUM_ARGS, VIEWPORT
 
-# Fast failure for the tests: one retry a second later, no HTTP retries in the scraper, and
-# topics of their own (a fresh prefix: the records counted are this module's).
-TOPIC_PREFIX = f"af{uuid.uuid4().hex[:8]}."
+# Fast failure for the tests: one retry a second later, no HTTP retries in the scraper;
+# topics and scraper state of their own (a fresh prefix: the records counted are this
+# module's, and the session's shared ingest still finds every snapshot new).
+RUN = uuid.uuid4().hex[:8]
+TOPIC_PREFIX = f"af{RUN}."
 AIRFLOW_ENV = {"LAKEHOUSE_AIRFLOW__RETRIES": "1",
                "LAKEHOUSE_AIRFLOW__RETRY_DELAY_SECONDS": "1",
                "LAKEHOUSE_SCRAPER__RETRIES": "0",
+               "LAKEHOUSE_SCRAPER__STATE_DIR": f"scrapers-airflow-{RUN}",
                "LAKEHOUSE_KAFKA__TOPIC_PREFIX": TOPIC_PREFIX}
 OTHER_DAGS = {"transform", "maintenance", "quality", "connector_health"}
 RUN_DEADLINE = 300.0
@@ -73,6 +76,7 @@ class AirflowApi:
                                json={"logical_date": None})["dag_run_id"]
             deadline = time.monotonic() + deadline_seconds
             while time.monotonic() < deadline:
+                self._fail_other_runs(dag_id, run_id)
                 run = self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}")
                 if run["state"] in ("success", "failed"):
                     return run
@@ -81,6 +85,17 @@ class AirflowApi:
                                  f"{deadline_seconds:.0f} s")
         finally:
             self.call("PATCH", f"/dags/{dag_id}", json={"is_paused": True})
+
+    def _fail_other_runs(self, dag_id: str, run_id: str) -> None:
+        """Unpausing makes the scheduler add a run for the latest interval (catchup off
+        still runs that one); with one active run at a time it could go first: mark it
+        failed, the test waits for its own run only."""
+        runs = self.call("GET", f"/dags/{dag_id}/dagRuns",
+                         params={"state": ["queued", "running"]})["dag_runs"]
+        for other in runs:
+            if other["dag_run_id"] != run_id:
+                self.call("PATCH", f"/dags/{dag_id}/dagRuns/{other['dag_run_id']}",
+                          json={"state": "failed"})
 
     def task(self, run: dict[str, Any], task_id: str) -> dict[str, Any]:
         return self.call("GET", f"/dags/{run['dag_id']}/dagRuns/{run['dag_run_id']}"
