@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-lock
 LAKEHOUSE := $(BIN)/lakehouse
 BENCH ?=
 
-.PHONY: help setup up down status ingest transform test bench docs notebooks clean lint lock
+.PHONY: help setup up down status airflow ingest transform test bench docs notebooks clean lint lock lock-airflow
 
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -32,6 +32,9 @@ up: setup ## Start the embedded stack (S3, Kafka broker, Kafka Connect, PostgreS
 
 down: ## Stop everything the project started
 	@if [ -x $(LAKEHOUSE) ]; then $(LAKEHOUSE) down; else echo "nothing installed, nothing running"; fi
+
+airflow: setup ## Start the stack with Airflow (UI on http://127.0.0.1:18280, login in .env)
+	@$(LAKEHOUSE) up --airflow
 
 status: setup ## Show each component's state, address, version and uptime
 	@$(LAKEHOUSE) status
@@ -64,3 +67,8 @@ lock: ## Re-resolve requirements.in into requirements.lock (needs network to PyP
 	rm -rf .state/lock-venv && $(PYTHON) -m venv .state/lock-venv
 	.state/lock-venv/bin/pip install --quiet -r requirements.in
 	{ head -2 requirements.lock; .state/lock-venv/bin/pip freeze; } > requirements.lock.new && mv requirements.lock.new requirements.lock
+
+lock-airflow: ## Re-resolve orchestration/requirements-airflow.in into its lock (PyPI)
+	rm -rf .state/lock-airflow-venv && $(PYTHON) -m venv .state/lock-airflow-venv
+	.state/lock-airflow-venv/bin/pip install --quiet -r orchestration/requirements-airflow.in
+	{ head -2 orchestration/requirements-airflow.lock; .state/lock-airflow-venv/bin/pip freeze; } > orchestration/requirements-airflow.lock.new && mv orchestration/requirements-airflow.lock.new orchestration/requirements-airflow.lock

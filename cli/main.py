@@ -18,6 +18,7 @@ from cli.exit_codes import BAD_INPUT, FAILED, INTERRUPTED, REFUSED, document_exi
 from cli.gold_commands import gold
 from cli.kafka_commands import kafka
 from cli.notebooks_commands import notebooks
+from cli.quality_commands import quality
 from cli.rentals_commands import rentals
 from cli.scrape_commands import scrape, simulator
 from cli.silver_commands import silver
@@ -97,13 +98,20 @@ def setup(ctx: click.Context) -> None:
               help="Also start the SQL endpoint (Spark Thrift Server on 127.0.0.1:"
                    "embedded.sql_endpoint_port) for this start; default: the setting "
                    "embedded.sql_endpoint (false). `down` stops it.")
+@click.option("--airflow/--no-airflow", default=None,
+              help="Also start Airflow (API server and UI on http://127.0.0.1:"
+                   "embedded.airflow_port, scheduler, DAG processor, triggerer) for this "
+                   "start; default: the setting embedded.airflow (false). `down` stops it.")
 @click.pass_context
-def up(ctx: click.Context, brokers: int | None, sql_endpoint: bool | None) -> None:
+def up(ctx: click.Context, brokers: int | None, sql_endpoint: bool | None,
+       airflow: bool | None) -> None:
     """Start the embedded stack (idempotent: healthy components are left alone)."""
     settings = settings_of(ctx)
-    if sql_endpoint is not None:
+    optional = {key: value for key, value in
+                (("sql_endpoint", sql_endpoint), ("airflow", airflow)) if value is not None}
+    if optional:
         settings = settings.model_copy(update={"embedded": settings.embedded.model_copy(
-            update={"sql_endpoint": sql_endpoint})})
+            update=optional)})
     if brokers is not None and brokers != settings.embedded.kafka_brokers:
         try:
             settings = settings.with_kafka_brokers(brokers)
@@ -261,6 +269,7 @@ cli.add_command(status)
 cli.add_command(maintain)
 cli.add_command(silver)
 cli.add_command(gold)
+cli.add_command(quality)
 cli.add_command(transform)
 cli.add_command(docs)
 cli.add_command(notebooks)

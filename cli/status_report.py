@@ -133,7 +133,7 @@ def sources_section(settings: Settings, topics: dict[str, inspect.TopicState]) -
         sources = load_sources(settings)
     except SourceConfigError as exc:
         return Section.unavailable(f"source files: {exc}")
-    folder = settings.state_path / "scrapers"
+    folder = settings.scraper_state_path
     suffix = settings.kafka.dlq_topic_suffix
     items = []
     for source in sources:

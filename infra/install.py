@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from infra import maven
+from infra.airflow_env import AirflowInstallError, ensure_airflow_venv
 from infra.layout import StateLayout
 
 MANIFEST_PATH = Path(__file__).with_name("artifacts.yaml")
@@ -193,4 +194,8 @@ def run_setup(layout: StateLayout, report: Report, manifest: dict[str, Any] | No
     installer.jvm_artifacts()
     for build in manifest.get("go_builds", []):
         installer.go_build(build)
+    try:
+        installer.actions += int(ensure_airflow_venv(layout, report))
+    except AirflowInstallError as exc:
+        raise SetupError(str(exc)) from exc
     return installer.actions

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from infra.components.airflow import airflow_components
 from infra.components.base import (
     Component,
     ComponentStatus,
@@ -40,7 +41,7 @@ def replication_advice(settings: Settings) -> str | None:
 class Stack:
     """MinIO; Apache Kafka (one node or several) -> Kafka Connect (its topics on Kafka);
     PostgreSQL; optionally the SQL endpoint (Spark's Thrift server: the catalog in
-    PostgreSQL, the tables on S3)."""
+    PostgreSQL, the tables on S3) and Airflow (its metadata in PostgreSQL)."""
 
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -51,6 +52,7 @@ class Stack:
             KafkaConnect(settings, self.layout),
             Postgres(settings, self.layout),
             SqlEndpoint(settings, self.layout),
+            *airflow_components(settings, self.layout),
         ]
 
     @property

@@ -194,6 +194,26 @@ class ScraperSettings(_Section):
     backoff_jitter_seconds: float = Field(default=0.5, ge=0)
     # How long to wait for the broker to acknowledge a snapshot before calling it failed.
     delivery_timeout_seconds: float = Field(default=30.0, gt=0)
+    # The scrapers' dedupe state (one file per source), relative to the state folder unless
+    # absolute: a scrape sharing it never produces a snapshot twice.
+    state_dir: str = "scrapers"
+
+
+class AirflowSettings(_Section):
+    """Airflow, which schedules the periodic work (orchestration/dags/); secrets in .env."""
+
+    # Database of Airflow's metadata in the project's PostgreSQL (created when missing).
+    database: str = "airflow"
+    # The UI's one user (simple auth manager); its password is admin_password.
+    admin_user: str = "admin"
+    admin_password: SecretStr | None = None
+    # Seed of the API's JWT secret and the Fernet key of Airflow's connections.
+    secret_key: SecretStr | None = None
+    # Task instances running at once (LocalExecutor); the tasks are Spark jobs on 2 cores.
+    parallelism: int = Field(default=2, ge=1, le=32)
+    # Retries of a failed task, and the wait between them.
+    retries: int = Field(default=2, ge=0)
+    retry_delay_seconds: int = Field(default=60, ge=0)
 
 
 # Broker n of the embedded cluster listens on the configured client and controller ports
@@ -236,6 +256,10 @@ class EmbeddedSettings(_Section):
     # it is one more Spark driver (spark.driver_memory).
     sql_endpoint: bool = False
     sql_endpoint_port: int = Field(default=18010, ge=1, le=65535)
+    # Airflow (API server with the UI, scheduler, DAG processor, triggerer): `lakehouse up`
+    # starts it when true (or with `up --airflow`); off by default, the ingest needs none.
+    airflow: bool = False
+    airflow_port: int = Field(default=18280, ge=1, le=65535)
 
 
 class Settings(_Section):
@@ -257,6 +281,7 @@ class Settings(_Section):
     rentals: RentalsSettings = Field(default_factory=RentalsSettings)
     gold: GoldSettings = Field(default_factory=GoldSettings)
     analysis: AnalysisSettings = Field(default_factory=AnalysisSettings)
+    airflow: AirflowSettings = Field(default_factory=AirflowSettings)
 
     @model_validator(mode="after")
     def _kafka_ports_distinct(self) -> Settings:
@@ -309,6 +334,12 @@ class Settings(_Section):
     def state_path(self) -> Path:
         """Absolute state folder (a relative `state_dir` is taken from the project folder)."""
         return self._absolute(self.state_dir)
+
+    @property
+    def scraper_state_path(self) -> Path:
+        """Absolute folder of the scrapers' dedupe state (scraper.state_dir)."""
+        folder = Path(self.scraper.state_dir)
+        return folder if folder.is_absolute() else self.state_path / folder
 
     @property
     def tables_uri(self) -> str:

@@ -41,7 +41,7 @@ class Scraper:
         self.producers = {source.name: SnapshotProducer(settings, source.spec.producer,
                                                         producer_config)
                           for source in sources}
-        state_folder = settings.state_path / "scrapers"
+        state_folder = settings.scraper_state_path
         now = time.time()
         self.progress = [
             SourceProgress(source, SourceRunner(source, self.fetcher,

@@ -1,0 +1,259 @@
+"""Airflow schedules the periodic work: the project starts a real Airflow (`lakehouse up
+--airflow`) next to the test stack; every DAG imports, each scrape DAG runs on its source
+file's interval, a scrape DAG triggered through the REST API puts records in the topic,
+one whose feed is down is retried and then failed, the UI (headless Chromium) shows the
+DAGs with their last run's state (screenshot under the state folder's test-output), and
+the transform DAG rebuilds the marts of the shared ingest (Airflow restarted with that
+ingest's settings: its tasks run `lakehouse` with the environment Airflow started with)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+from urllib.parse import unquote
+
+import psutil
+import pytest
+import requests
+from confluent_kafka import Consumer, TopicPartition
+from deltalake import DeltaTable
+from playwright.sync_api import expect, sync_playwright
+
+from connectors.scrapers.source_config import load_sources
+from connectors.simulator.server import FeedSimulator
+from infra import airflow_env
+from infra.clients import kafka_admin, kafka_config
+from infra.ports import port_is_free
+from infra.stack import Stack
+from lakehouse.storage import storage_options
+from settings import Settings
+from tests.conftest import IngestedLakehouse, catalog_location, run_cli
+from tests.test_docs_site import CHROMIUM, CHROMIUM_ARGS, VIEWPORT
+
+# Fast failure for the tests: one retry a second later, no HTTP retries in the scraper;
+# topics and scraper state of their own (a fresh prefix: the records counted are this
+# module's, and the session's shared ingest still finds every snapshot new).
+RUN = uuid.uuid4().hex[:8]
+TOPIC_PREFIX = f"af{RUN}."
+AIRFLOW_ENV = {"LAKEHOUSE_AIRFLOW__RETRIES": "1",
+               "LAKEHOUSE_AIRFLOW__RETRY_DELAY_SECONDS": "1",
+               "LAKEHOUSE_SCRAPER__RETRIES": "0",
+               "LAKEHOUSE_SCRAPER__STATE_DIR": f"scrapers-airflow-{RUN}",
+               "LAKEHOUSE_KAFKA__TOPIC_PREFIX": TOPIC_PREFIX}
+OTHER_DAGS = {"transform", "maintenance", "quality", "connector_health"}
+RUN_DEADLINE = 300.0
+MARTS = ("dim_station", "fct_rentals_daily")
+
+
+class AirflowApi:
+    """Airflow's REST API v2 with a token of the admin user (simple auth manager)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.url = airflow_env.api_url(settings)
+        answer = requests.post(f"{self.url}/auth/token", timeout=30, json={
+            "username": settings.airflow.admin_user,
+            "password": airflow_env.admin_password(settings)})
+        assert answer.status_code in (200, 201), answer.text
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {answer.json()['access_token']}"
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        answer = self.session.request(method, f"{self.url}/api/v2{path}", timeout=30, **kwargs)
+        assert answer.ok, f"{method} {path}: {answer.status_code} {answer.text[:500]}"
+        return answer.json()
+
+    def dag_ids(self) -> set[str]:
+        return {d["dag_id"] for d in self.call("GET", "/dags", params={"limit": 100})["dags"]}
+
+    def run(self, dag_id: str, deadline_seconds: float = RUN_DEADLINE) -> dict[str, Any]:
+        """Unpause `dag_id`, trigger a run, wait until it ends, pause it again."""
+        self.call("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
+        try:
+            run_id = self.call("POST", f"/dags/{dag_id}/dagRuns",
+                               json={"logical_date": None})["dag_run_id"]
+            deadline = time.monotonic() + deadline_seconds
+            while time.monotonic() < deadline:
+                self._fail_other_runs(dag_id, run_id)
+                run = self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}")
+                if run["state"] in ("success", "failed"):
+                    return run
+                time.sleep(1)
+            raise AssertionError(f"{dag_id} run {run_id} still {run['state']} after "
+                                 f"{deadline_seconds:.0f} s")
+        finally:
+            self.call("PATCH", f"/dags/{dag_id}", json={"is_paused": True})
+
+    def _fail_other_runs(self, dag_id: str, run_id: str) -> None:
+        """Unpausing makes the scheduler add a run for the latest interval (catchup off
+        still runs that one); with one active run at a time it could go first: mark it
+        failed, the test waits for its own run only."""
+        runs = self.call("GET", f"/dags/{dag_id}/dagRuns",
+                         params={"state": ["queued", "running"]})["dag_runs"]
+        for other in runs:
+            if other["dag_run_id"] != run_id:
+                self.call("PATCH", f"/dags/{dag_id}/dagRuns/{other['dag_run_id']}",
+                          json={"state": "failed"})
+
+    def task(self, run: dict[str, Any], task_id: str) -> dict[str, Any]:
+        return self.call("GET", f"/dags/{run['dag_id']}/dagRuns/{run['dag_run_id']}"
+                                f"/taskInstances/{task_id}")
+
+
+def _airflow_components(settings: Settings) -> list:
+    return [c for c in Stack(settings).components if c.name.startswith("airflow-")]
+
+
+@pytest.fixture(scope="module")
+def airflow(stack: Stack, settings: Settings) -> Iterator[AirflowApi]:
+    """Airflow started by the project on the running test stack; stopped after the module
+    (every process of it gone, its port free)."""
+    for component in _airflow_components(settings):  # one left by an earlier session runs
+        component.stop()                              # with other settings: start afresh
+    result = run_cli("up", "--airflow", env=AIRFLOW_ENV, timeout=600)
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"[-4000:]
+    components = _airflow_components(settings)
+    pids = [pid for c in components if (pid := c.process.pid()) is not None]
+    assert len(pids) == 4, [c.name for c in components]
+    try:
+        yield AirflowApi(settings)
+    finally:
+        pids = [pid for c in components if (pid := c.process.pid()) is not None]  # restarts
+        for component in reversed(components):
+            component.stop()
+        alive = [p for p in pids if psutil.pid_exists(p)
+                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        assert not alive, f"Airflow processes left running: {alive}"
+        assert port_is_free(settings.embedded.airflow_port)
+
+
+def _wait_for_dags(api: AirflowApi, expected: set[str], timeout: float = 180) -> set[str]:
+    """The DAG ids once every expected one is parsed (the DAG processor's first pass)."""
+    deadline = time.monotonic() + timeout
+    found: set[str] = set()
+    while time.monotonic() < deadline:
+        found = api.dag_ids()
+        if expected <= found:
+            return found
+        time.sleep(1)
+    raise AssertionError(f"DAGs missing after {timeout:.0f} s: {sorted(expected - found)}")
+
+
+def test_every_dag_imports_and_each_scrape_dag_follows_its_source_file(
+        airflow: AirflowApi, settings: Settings) -> None:
+    sources = load_sources(settings)
+    every_file = load_sources(settings, include_disabled=True)
+    expected = {f"scrape_{s.name}" for s in sources} | OTHER_DAGS
+    found = _wait_for_dags(airflow, expected)
+    errors = airflow.call("GET", "/importErrors")
+    assert errors["total_entries"] == 0, errors
+    disabled = {f"scrape_{s.name}" for s in every_file} - expected
+    assert not disabled & found, f"disabled sources got a DAG: {disabled & found}"
+    for source in sources:
+        details = airflow.call("GET", f"/dags/scrape_{source.name}/details")
+        assert details["timetable_summary"] == str(
+            timedelta(seconds=source.spec.interval_seconds)), (source.path, details)
+        assert details["catchup"] is False
+        assert details["max_active_runs"] == 1
+        assert details["default_args"]["retries"] == 1  # the setting, from AIRFLOW_ENV
+
+
+def _end_offsets(settings: Settings, topic: str) -> int:
+    """Records ever written to `topic` (0 while it does not exist)."""
+    found = kafka_admin(settings).list_topics(timeout=10).topics.get(topic)
+    if found is None:
+        return 0
+    consumer = Consumer({**kafka_config(settings), "group.id": f"t-{uuid.uuid4().hex}"})
+    try:
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                   for p in found.partitions)
+    finally:
+        consumer.close()
+
+
+def test_triggered_scrape_dag_succeeds_and_records_arrive_in_the_topic(
+        airflow: AirflowApi, settings: Settings) -> None:
+    _wait_for_dags(airflow, {"scrape_lakeside_gbfs"})
+    topic = TOPIC_PREFIX + "station_status"
+    before = _end_offsets(settings, topic)
+    with FeedSimulator(port=settings.simulator.port, host=settings.simulator.host,
+                       seed=settings.simulator.seed):
+        run = airflow.run("scrape_lakeside_gbfs")
+    assert run["state"] == "success", (run, airflow.task(run, "scrape"))
+    assert _end_offsets(settings, topic) > before
+
+
+def test_scrape_dag_with_its_feed_down_is_retried_then_failed(
+        airflow: AirflowApi, settings: Settings) -> None:
+    _wait_for_dags(airflow, {"scrape_lakeside_weather"})
+    assert port_is_free(settings.simulator.port), "the feed must be down for this test"
+    run = airflow.run("scrape_lakeside_weather")
+    task = airflow.task(run, "scrape")
+    assert run["state"] == "failed", run
+    assert task["state"] == "failed", task
+    assert task["try_number"] == 2, task  # the first try and the one retry of AIRFLOW_ENV
+
+
+def test_ui_login_shows_the_dags_with_their_last_run_state(
+        airflow: AirflowApi, settings: Settings) -> None:
+    """After the runs above: the DAG list, each scrape DAG's latest run badge as the REST
+    API has that run."""
+    sources = load_sources(settings)
+    dags = sorted({f"scrape_{s.name}" for s in sources} | OTHER_DAGS)
+    output_dir = settings.state_path / "test-output"
+    output_dir.mkdir(parents=True, exist_ok=True)
+    screenshot = output_dir / "airflow_dags.png"
+    screenshot.unlink(missing_ok=True)
+    badges: dict[str, tuple[str, str | None]] = {}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport=VIEWPORT)
+            page.goto(f"{airflow.url}/dags")
+            page.get_by_label("Username").fill(settings.airflow.admin_user)
+            page.get_by_label("Password").fill(airflow_env.admin_password(settings))
+            page.get_by_role("button", name="Sign in").click()
+            for dag in dags:
+                expect(page.locator(f'a[data-testid="dag-id"][href="/dags/{dag}"]')
+                       ).to_have_text(dag, timeout=60_000)
+            for source in sources:
+                dag = f"scrape_{source.name}"
+                link = page.locator(f'[data-testid="latest-run"] a[href^="/dags/{dag}/runs/"]')
+                expect(link).to_be_visible(timeout=30_000)
+                badge = link.locator('[data-testid="state-badge"]')
+                badges[dag] = (unquote(link.get_attribute("href") or "").rsplit("/", 1)[1],
+                               badge.get_attribute("aria-label"))
+            page.screenshot(path=str(screenshot))
+        finally:
+            browser.close()
+    print(f"Airflow UI screenshot: {screenshot}")
+    for dag, (run_id, state) in badges.items():
+        assert state in ("success", "failed"), (dag, run_id, state)
+        assert airflow.call("GET", f"/dags/{dag}/dagRuns/{run_id}")["state"] == state
+    png = screenshot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000, len(png)
+
+
+def _last_commit_ms(settings: Settings, name: str) -> int:
+    uri = catalog_location(settings, name)
+    table = DeltaTable(uri, storage_options=storage_options(settings, uri))
+    stamp = int(table.history(1)[0]["timestamp"])
+    del table
+    return stamp
+
+
+def test_transform_dag_rebuilds_the_marts(airflow: AirflowApi, settings: Settings,
+                                          ingested_lakehouse: IngestedLakehouse) -> None:
+    for component in _airflow_components(settings):
+        component.stop()
+    fast = {k: v for k, v in AIRFLOW_ENV.items() if k != "LAKEHOUSE_KAFKA__TOPIC_PREFIX"}
+    result = run_cli("up", "--airflow", env={**fast, **ingested_lakehouse.env}, timeout=600)
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"[-4000:]
+    _wait_for_dags(airflow, {"transform"})
+    began_ms = int(time.time() * 1000)
+    run = airflow.run("transform", deadline_seconds=1200)
+    assert run["state"] == "success", (run, airflow.task(run, "transform"))
+    for mart in MARTS:
+        assert _last_commit_ms(ingested_lakehouse.settings, f"marts.{mart}") >= began_ms, mart
