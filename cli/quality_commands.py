@@ -5,20 +5,12 @@ failed expectation: the Airflow task fails visibly)."""
 from __future__ import annotations
 
 import sys
-import time
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
 from cli.context import settings_of
 from cli.exit_codes import FAILED
-
-console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _say(message: str) -> None:
-    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(message)}")
+from cli.terminal import say
 
 
 @click.command()
@@ -37,11 +29,11 @@ def quality(ctx: click.Context, tables: tuple[str, ...]) -> None:
     specs = load_specs(tables=tables)  # invalid specs stop here, before Spark starts
     spark = build_spark_session(settings, app_name="lakehouse-quality")
     try:
-        results = run_table_checks(spark, settings, [s.table for s in specs], report=_say)
+        results = run_table_checks(spark, settings, [s.table for s in specs], report=say)
     finally:
         spark.stop()
     failed = [f"{r['checked_table']}.{r['rule']}" for r in results if not r["success"]]
-    _say(f"quality: {len(results) - len(failed)} of {len(results)} table-level expectations "
+    say(f"quality: {len(results) - len(failed)} of {len(results)} table-level expectations "
          f"passed" + (f"; failed: {', '.join(failed)}" if failed else ""))
     if failed:
         sys.exit(FAILED)
