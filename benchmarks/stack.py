@@ -5,7 +5,9 @@ own. Setup runs into an empty tools folder with an empty Maven repository and em
 caches, so every jar is downloaded and MinIO compiled, as on a fresh machine
 (BENCH_STACK_SETUP=0 skips it). Baselines measured in the same run: a bare JVM start
 (`java -version`), since the broker's and Connect's JVMs dominate start time, so figures
-can be compared across noisy machines.
+can be compared across noisy machines. Then Airflow (BENCH_STACK_AIRFLOW=0 skips it): the
+time `up --airflow` takes on the running stack until its four processes answer, and their
+idle RSS, each against the stack's own figure of the same run.
 """
 
 from __future__ import annotations
@@ -123,6 +125,8 @@ def run(report: Any = print) -> dict[str, Any]:
             per_component[component.name] = round(rss / 2**20)
         total_mib = sum(per_component.values())
         shares = {name: round(mib / total_mib, 2) for name, mib in per_component.items()}
+        airflow = (_airflow(env, settings, report)
+                   if os.environ.get("BENCH_STACK_AIRFLOW", "1") != "0" else {})
     finally:
         _cli(env, "down")
     jvm = _jvm_start_seconds()
@@ -144,4 +148,33 @@ def run(report: Any = print) -> dict[str, Any]:
         "ratio_rss_to_target": round(rss_gib / TARGET_RSS_GIB, 2),
         "target_up_s": TARGET_UP_SECONDS,
         "target_rss_gib": TARGET_RSS_GIB,
+        **airflow,
+        **({"ratio_airflow_start_to_stack_up": round(airflow["airflow_start_s"] / up_seconds, 2),
+            "ratio_airflow_rss_to_stack_rss": round(
+                airflow["airflow_idle_rss_gib_median"] / rss_gib, 2)} if airflow else {}),
     }
+
+
+def _airflow(env: dict[str, str], settings: Any, report: Any) -> dict[str, Any]:
+    """`up --airflow` on the running stack, then the idle RSS of Airflow's processes."""
+    report("Airflow: up --airflow on the running stack, then 20 s of idle RSS...")
+    started = _cli(env, "up", "--airflow")
+    with_airflow = Stack(settings.model_copy(update={"embedded": settings.embedded.model_copy(
+        update={"airflow": True})}))
+    parts = [c for c in with_airflow.reported() if c.name.startswith("airflow")]
+    time.sleep(10)
+    samples = []
+    for _ in range(10):
+        total = 0
+        for component in parts:
+            pid = component.process.pid()
+            if pid is None:
+                raise RuntimeError(f"{component.name} is not running")
+            root = psutil.Process(pid)
+            for proc in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    total += proc.memory_info().rss
+        samples.append(total)
+        time.sleep(2)
+    return {"airflow_start_s": round(started, 2), "airflow_processes": len(parts),
+            "airflow_idle_rss_gib_median": round(statistics.median(samples) / 2**30, 3)}
