@@ -90,6 +90,7 @@ class LastBuild:
     inputs: BuildInputs
     finished_at: str  # ISO time, UTC
     docs: bool  # whether the docs site was generated from this state
+    freshness: bool  # whether target/sources.json is dbt's freshness result of this state
 
 
 class BuildRecord:
@@ -110,13 +111,15 @@ class BuildRecord:
             return None
         try:
             return LastBuild(inputs=BuildInputs(**entry["inputs"]),
-                             finished_at=entry["finished_at"], docs=entry["docs"])
+                             finished_at=entry["finished_at"], docs=entry["docs"],
+                             freshness=entry.get("freshness", False))
         except (KeyError, TypeError):
             return None
 
-    def record(self, inputs: BuildInputs, *, docs: bool) -> None:
+    def record(self, inputs: BuildInputs, *, docs: bool, freshness: bool) -> None:
         entries = self._read()
         entries[inputs.arguments] = {"inputs": asdict(inputs), "docs": docs,
+                                     "freshness": freshness,
                                      "finished_at": datetime.now(UTC).isoformat()}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_suffix(".partial")

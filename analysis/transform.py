@@ -89,12 +89,15 @@ def transform(settings: Settings, dbt_args: list[str], report: Report, *,
         if docs:
             with _timed(result, "docs_generate"):
                 generate_docs(settings, paths, report, result)
-        record.record(_read_and_written(before, current_inputs(
-            settings, paths.project_dir, dbt_args)), docs=docs)
+        built = _read_and_written(before, current_inputs(settings, paths.project_dir,
+                                                           dbt_args))
+        record.record(built, docs=docs, freshness=False)
         if freshness:
             with _timed(result, "source_freshness"):
                 outcome = run_dbt(paths, ["source", "freshness"])
                 result.outcomes.append(outcome)
+                # sources.json now judges this state, whatever the judgement
+                record.record(built, docs=docs, freshness=True)
                 _check(outcome, report)
     return result
 
@@ -113,11 +116,12 @@ def _nothing_new(record: BuildRecord, inputs: BuildInputs, paths: DbtPaths, repo
     """True, after saying so and re-judging source freshness, when the last successful build
     ran over the same inputs (and generated the docs, if they are wanted)."""
     last = record.last(inputs.arguments)
-    if last is None or last.inputs != inputs or (docs and not last.docs):
+    if (last is None or last.inputs != inputs or (docs and not last.docs)
+            or (freshness and not last.freshness)):
         return False
     statuses = freshness_now(paths.target_dir / "sources.json") if freshness else {}
     if freshness and not statuses:
-        return False  # no earlier freshness result to judge: build and check for real
+        return False  # no freshness result of these inputs to judge: build and check
     report(f"nothing new since the last build ({last.finished_at[:19]} UTC): "
            f"{inputs.describe()}; dbt build{' and docs' if docs else ''} skipped "
            "(--force rebuilds)")
