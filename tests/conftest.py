@@ -188,9 +188,18 @@ class TransformedLakehouse:
 
 @pytest.fixture(scope="session")
 def transformed_lakehouse(ingested_lakehouse: IngestedLakehouse) -> TransformedLakehouse:
-    """`lakehouse transform` (dbt build, freshness, docs) once over the shared ingest."""
-    result = run_cli("transform", "--timings-json", env=ingested_lakehouse.env, timeout=600)
+    """`lakehouse transform` (dbt build, freshness, docs) once over the shared ingest;
+    forced, since another test (Airflow's transform DAG) may have built the same state."""
+    result = run_cli("transform", "--force", "--timings-json", env=ingested_lakehouse.env,
+                     timeout=600)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
     timings = json.loads(result.stdout.strip().splitlines()[-1])
     return TransformedLakehouse(ingested=ingested_lakehouse, output=output, timings=timings)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Airflow's module runs last: its scheduler runs DAGs on the shared stack and its
+    transform DAG rebuilds the marts, so every other module sees the session's stack and
+    lakehouse as its own setup made them."""
+    items.sort(key=lambda item: item.nodeid.startswith("tests/test_airflow.py"))
