@@ -42,8 +42,13 @@ def _cli(env: dict[str, str], *args: str) -> float:
 
 
 def _stack_rss_bytes(stack: Stack) -> int:
+    return _rss_bytes(stack.reported())
+
+
+def _rss_bytes(components: list[Any]) -> int:
+    """RSS of the components' processes and their children."""
     total = 0
-    for component in stack.reported():
+    for component in components:
         pid = component.process.pid()
         if pid is None:
             raise RuntimeError(f"{component.name} is not running")
@@ -165,16 +170,7 @@ def _airflow(env: dict[str, str], settings: Any, report: Any) -> dict[str, Any]:
     time.sleep(10)
     samples = []
     for _ in range(10):
-        total = 0
-        for component in parts:
-            pid = component.process.pid()
-            if pid is None:
-                raise RuntimeError(f"{component.name} is not running")
-            root = psutil.Process(pid)
-            for proc in [root, *root.children(recursive=True)]:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    total += proc.memory_info().rss
-        samples.append(total)
+        samples.append(_rss_bytes(parts))
         time.sleep(2)
     return {"airflow_start_s": round(started, 2), "airflow_processes": len(parts),
             "airflow_idle_rss_gib_median": round(statistics.median(samples) / 2**30, 3)}

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from cli import exit_codes
 from cli.context import settings_of
+from cli.terminal import console
 from connectors.connect_client import ConnectClient, ConnectError
 from connectors.connect_config import (
     CONNECTORS_DIR,
@@ -47,7 +48,7 @@ from settings import ConfigError
 OK, FAILURE, BAD_INPUT = exit_codes.OK, exit_codes.FAILED, exit_codes.BAD_INPUT
 
 out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = console  # the shared terminal (cli/terminal.py)
 
 
 @contextmanager
