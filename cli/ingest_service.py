@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
-from connectors.scrapers.scheduler import Scraper
+from connectors.scrapers.scheduler import Scraper, SourceProgress
 from connectors.scrapers.source_config import load_sources
 from connectors.simulator.server import FeedSimulator
 from infra.ports import port_is_free
 from settings import Settings
+from spark_streaming.query_restarts import RetryClock, first_line
 
 Report = Callable[[str], None]
 
@@ -197,10 +198,11 @@ def catch_up(spark: SparkSession, settings: Settings, options: IngestOptions,
 
 def run_forever(spark: SparkSession, settings: Settings, options: IngestOptions,
                 report: Report, stop: threading.Event) -> None:
-    """Scrapers, traffic, and every layer's query until `stop` is set."""
+    """Scrapers, traffic, every layer's query and the watch of servers and connectors,
+    until `stop` is set. Each part rides out a server outage by itself (see
+    spark_streaming/query_restarts.py); one that cannot recover stops the service."""
     from spark_streaming.bronze import run_continuous
-    from spark_streaming.gold import run_gold
-    from spark_streaming.session import activate_in_thread
+    from spark_streaming.session import activate_in_thread, driver_ended
     from spark_streaming.silver import run_silver
 
     threads: list[threading.Thread] = []
@@ -218,13 +220,12 @@ def run_forever(spark: SparkSession, settings: Settings, options: IngestOptions,
         thread.start()
         threads.append(thread)
 
+    guarded("watch", lambda: _watch_until(settings, options, report, stop))
     scraper = Scraper(settings, load_sources(settings))
     scraper.ensure_topics()
-    guarded("scrapers", lambda: scraper.run_forever(
-        stop, lambda entry: report(f"scrapers: {entry.source.name} produced "
-                                   f"{entry.produced} so far")))
+    guarded("scrapers", lambda: scraper.run_forever(stop, _scraper_reporter(report)))
     if settings.embedded.enabled and "rentals" not in options.skip:
-        guarded("rentals-traffic", lambda: _traffic_until(settings, stop))
+        guarded("rentals-traffic", lambda: _traffic_until(settings, report, stop))
     scraper_topics_ready = time.monotonic() + 5
     while time.monotonic() < scraper_topics_ready and not stop.is_set():
         stop.wait(1)
@@ -234,18 +235,15 @@ def run_forever(spark: SparkSession, settings: Settings, options: IngestOptions,
                                              options.trigger_interval))
     guarded("silver", lambda: run_silver(spark, settings, available_now=False, stop=stop,
                                          report=report))
-
-    def gold_loop() -> None:
-        """One line per round; each table's own lines go to the log (level INFO)."""
-        while not stop.wait(options.gold_interval_seconds):
-            written = run_gold(spark, settings, report=logging.getLogger("lakehouse.gold").info)
-            updated = {name: rows for name, rows in written.items() if rows}
-            report(f"gold: {len(written)} tables, {len(written) - len(updated)} up to date"
-                   + "".join(f", {name} +{rows:,} rows" for name, rows in updated.items()))
-
-    guarded("gold", gold_loop)
+    guarded("gold", lambda: _gold_until(spark, settings, options, report, stop))
     while not stop.is_set():
         stop.wait(1)
+        code = driver_ended(spark)
+        if code is not None:  # the threads' own errors only echo this one
+            errors[:] = [f"the Spark driver JVM ended (exit code {code}); start `lakehouse "
+                         "ingest` again: every query resumes from its checkpoint"]
+            stop.set()
+            raise IngestError(errors[0])
     for thread in threads:
         thread.join(timeout=60)
     scraper.close()
@@ -253,11 +251,82 @@ def run_forever(spark: SparkSession, settings: Settings, options: IngestOptions,
         raise IngestError("; ".join(errors))
 
 
-def _traffic_until(settings: Settings, stop: threading.Event) -> None:
+def _gold_until(spark: SparkSession, settings: Settings, options: IngestOptions,
+                report: Report, stop: threading.Event) -> None:
+    """One round per interval and one line per round; each table's own lines go to the
+    log (level INFO). A failed round (S3 or the metastore away) is tried at the next."""
+    from spark_streaming.gold import run_gold
+    from spark_streaming.session import driver_ended
+
+    clock = RetryClock("gold", report, settings.ingest.recovery_timeout_seconds)
+    while not stop.wait(options.gold_interval_seconds):
+        try:
+            written = run_gold(spark, settings, report=logging.getLogger("lakehouse.gold").info)
+        except Exception as exc:  # any cause: the retry clock judges how long it lasts
+            if driver_ended(spark) is not None:
+                return  # the service reports that itself
+            clock.failed(first_line(exc))
+            continue
+        clock.recovered()
+        updated = {name: rows for name, rows in written.items() if rows}
+        report(f"gold: {len(written)} tables, {len(written) - len(updated)} up to date"
+               + "".join(f", {name} +{rows:,} rows" for name, rows in updated.items()))
+
+
+def _scraper_reporter(report: Report) -> Callable[[SourceProgress], None]:
+    """A line per scrape, and one when a source starts failing and when it is back."""
+    failing: set[str] = set()
+
+    def on_report(entry: SourceProgress) -> None:
+        name, last = entry.source.name, entry.last
+        if last is not None and last.failed:
+            if name not in failing:
+                failing.add(name)
+                report(f"scrapers: {name} failed: {last.errors[0]}; tried again every "
+                       f"{entry.source.spec.interval_seconds:.0f} s")
+            return
+        if name in failing:
+            failing.discard(name)
+            report(f"scrapers: {name} works again")
+        report(f"scrapers: {name} produced {entry.produced} so far")
+    return on_report
+
+
+def _watch_until(settings: Settings, options: IngestOptions, report: Report,
+                 stop: threading.Event) -> None:
+    """The embedded stack's servers and the repository's connectors, checked every
+    ingest.watch_interval_seconds: a dead server is started again, a FAILED task restarted."""
+    from connectors.connect_config import CONNECTORS_DIR, load_connector_dir
+    from connectors.connector_watch import ConnectorWatch
+    from infra.stack_watch import StackWatch
+
+    checks: list[Callable[[], None]] = []
+    if settings.embedded.enabled:
+        checks.append(StackWatch(settings, report).check)
+    if "connectors" not in options.skip:
+        names = [c.name for c in load_connector_dir(CONNECTORS_DIR, settings)]
+        checks.append(ConnectorWatch(settings, names, report).check)
+    while not stop.wait(settings.ingest.watch_interval_seconds):
+        for check in checks:
+            check()
+
+
+def _traffic_until(settings: Settings, report: Report, stop: threading.Event) -> None:
+    """The rentals traffic generator; reconnects when PostgreSQL was away."""
+    import psycopg
+
     from connectors.rentals.database import connect
     from connectors.rentals.traffic import run_traffic
 
-    with connect(settings) as conn:
-        while not stop.is_set():
-            run_traffic(conn, settings.rentals, rate=settings.rentals.traffic_rate_per_s,
-                        seed=settings.rentals.seed + int(time.time()), duration=5)
+    clock = RetryClock("rentals traffic", report, settings.ingest.recovery_timeout_seconds)
+    while not stop.is_set():
+        try:
+            with connect(settings) as conn:
+                while not stop.is_set():
+                    run_traffic(conn, settings.rentals,
+                                rate=settings.rentals.traffic_rate_per_s,
+                                seed=settings.rentals.seed + int(time.time()), duration=5)
+                    clock.recovered()
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            clock.failed(first_line(exc))
+            stop.wait(max(0.0, clock.retry_at - time.monotonic()))

@@ -33,7 +33,7 @@ from infra.layout import StateLayout
 from infra.stack import Stack, replication_advice
 from settings import ConfigError
 from settings.env_file import ensure_env_file
-from spark_streaming.table_lock import TableBusy
+from spark_streaming.table_lock import TableBusy, running_alone
 
 DISTRIBUTION = "lakehouse-ingest"  # pyproject.toml [project] name
 
@@ -227,32 +227,33 @@ def ingest(ctx: click.Context, until_caught_up: bool, interval: str,
     """
     from cli import ingest_service as service
     from spark_streaming.bronze import stop_on_signals
-    from spark_streaming.session import build_spark_session
+    from spark_streaming.session import build_spark_session, stop_session
 
     settings = settings_of(ctx)
     options = service.IngestOptions(until_caught_up=until_caught_up,
                                     trigger_interval=interval, skip=set(skip))
     began = time.monotonic()
     try:
-        service.prepare(settings, options, _say)
-        with contextlib.ExitStack() as resources:
-            service.start_simulator(settings, resources, _say)
-            spark = build_spark_session(settings, app_name="lakehouse-ingest")
-            resources.callback(spark.stop)
-            # After the session: pyspark installs its own SIGINT handler (cancel every job,
-            # raise KeyboardInterrupt) when the context starts; ours stops queries cleanly.
-            stop = resources.enter_context(stop_on_signals())
-            if until_caught_up:
-                results = service.catch_up(spark, settings, options, _say)
-                for layer, tables in results.items():
-                    for table, figures in sorted(tables.items()):
-                        _say(f"{layer}: {table}: {figures}")
-                _say(f"[green]ingest caught up[/green] in {time.monotonic() - began:.0f} s")
-            else:
-                _say("ingest running; Ctrl-C stops every query (an interrupted micro-batch is "
-                     "redone exactly once on the next start)")
-                service.run_forever(spark, settings, options, _say, stop)
-                _say("ingest stopped cleanly")
+        with running_alone(settings, "lakehouse ingest"):
+            service.prepare(settings, options, _say)
+            with contextlib.ExitStack() as resources:
+                service.start_simulator(settings, resources, _say)
+                spark = build_spark_session(settings, app_name="lakehouse-ingest")
+                resources.callback(stop_session, spark)
+                # After the session: pyspark installs its own SIGINT handler (cancel every job,
+                # raise KeyboardInterrupt) when the context starts; ours stops queries cleanly.
+                stop = resources.enter_context(stop_on_signals())
+                if until_caught_up:
+                    results = service.catch_up(spark, settings, options, _say)
+                    for layer, tables in results.items():
+                        for table, figures in sorted(tables.items()):
+                            _say(f"{layer}: {table}: {figures}")
+                    _say(f"[green]ingest caught up[/green] in {time.monotonic() - began:.0f} s")
+                else:
+                    _say("ingest running; Ctrl-C stops every query (an interrupted micro-batch is "
+                         "redone exactly once on the next start)")
+                    service.run_forever(spark, settings, options, _say, stop)
+                    _say("ingest stopped cleanly")
     except service.IngestError as exc:
         console.print(f"[red]ingest failed:[/red] {exc}")
         sys.exit(1)

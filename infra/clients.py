@@ -38,8 +38,10 @@ def s3_client(settings: Settings, access_key: str | None = None, secret_key: str
 
 
 # librdkafka's own log lines (a transient "coordinator load in progress", events purged
-# at close) would otherwise go straight to stderr; its errors reach callers anyway
-_CLIENT_LOG = logging.getLogger("lakehouse.kafka_client")
+# at close, a broker refusing connections for the seconds it restarts) would otherwise go
+# straight to stderr: they go to the command's log file only (a logger outside the
+# project's packages), and their errors reach callers anyway
+_CLIENT_LOG = logging.getLogger("librdkafka")
 _CLIENT_LOG.setLevel(logging.ERROR)
 
 

@@ -143,6 +143,21 @@ class GoldSettings(_Section):
     weather_location_id: str | None = None
 
 
+class IngestSettings(_Section):
+    """How `lakehouse ingest` rides out a server outage (cli/ingest_service.py)."""
+
+    # A continuous query, the gold loop or the traffic generator that keeps failing is
+    # retried with a growing pause (5 s, doubling, at most 60 s) for this long, then the
+    # service stops with the cause.
+    recovery_timeout_seconds: float = Field(default=600.0, gt=0)
+    # Embedded profile: how often the service checks that every server of the stack runs
+    # (a dead one is started again, as `lakehouse up` would) and every connector task runs.
+    watch_interval_seconds: float = Field(default=5.0, gt=0)
+    # A FAILED connector or task is restarted at most this many times per hour; then the
+    # service reports it loudly on every check and leaves it to the operator.
+    connector_restarts_per_hour: int = Field(default=5, ge=0)
+
+
 class AnalysisSettings(_Section):
     """The analysis layer: the dbt project, its docs site and the SQL notebooks."""
 
@@ -280,6 +295,7 @@ class Settings(_Section):
     scraper: ScraperSettings = Field(default_factory=ScraperSettings)
     rentals: RentalsSettings = Field(default_factory=RentalsSettings)
     gold: GoldSettings = Field(default_factory=GoldSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
     analysis: AnalysisSettings = Field(default_factory=AnalysisSettings)
     airflow: AirflowSettings = Field(default_factory=AirflowSettings)
 

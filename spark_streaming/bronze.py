@@ -34,6 +34,7 @@ from lakehouse.storage import spark_uri, table_uri
 from settings import Settings
 from spark_streaming.checkpoint_offsets import committed_source_offsets
 from spark_streaming.layer_progress import PROGRESS_EVERY_SECONDS, LayerProgress
+from spark_streaming.query_restarts import RestartingQuery
 
 log = logging.getLogger("lakehouse.bronze")
 Report = Callable[[str], None]
@@ -275,23 +276,26 @@ def run_available_now(spark: SparkSession, settings: Settings, topics: list[str]
 def run_continuous(spark: SparkSession, settings: Settings, topics: list[str], report: Report,
                    stop: threading.Event, interval: str = "10 seconds",
                    max_offsets_per_trigger: int | None = None) -> None:
-    """Run every topic's query on a processing-time trigger until `stop` is set."""
-    running = [(q, start_query(spark, settings, q, available_now=False, interval=interval,
-                               max_offsets_per_trigger=max_offsets_per_trigger))
-               for q in plan(settings, topics)]
+    """Run every topic's query on a processing-time trigger until `stop` is set; a query
+    that stops (its broker or S3 server away) is started again from its checkpoint."""
+    running = [RestartingQuery(
+        "bronze", spec.table,
+        lambda spec=spec: start_query(spark, settings, spec, available_now=False,
+                                      interval=interval,
+                                      max_offsets_per_trigger=max_offsets_per_trigger),
+        report, settings.ingest.recovery_timeout_seconds) for spec in plan(settings, topics)]
     last_report = time.monotonic()
     progress = LayerProgress("bronze")
     try:
         while not stop.is_set():
-            for spec, query in running:
-                if not query.isActive:
-                    raise RuntimeError(f"{spec.table} stopped: {query.exception()}")
+            for query in running:
+                query.check()
             if time.monotonic() - last_report > PROGRESS_EVERY_SECONDS:
-                report(progress.line({spec.table: query.recentProgress
-                                      for spec, query in running}))
+                report(progress.line({q.table: q.query.recentProgress
+                                      for q in running if q.query is not None}))
                 last_report = time.monotonic()
             stop.wait(1)
     finally:
-        for _, query in running:
+        for query in running:
             query.stop()
         report(f"bronze: {len(running)} queries stopped")

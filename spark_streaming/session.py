@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -21,6 +22,8 @@ from spark_streaming.spark_conf import (
     spark_confs,
 )
 from spark_streaming.spark_home import use_compiled_pyspark
+
+LOG = logging.getLogger(__name__)
 
 
 def build_spark_session(settings: Settings, app_name: str = "lakehouse") -> SparkSession:
@@ -42,6 +45,7 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse") -> Spar
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel(settings.spark.log_level)
     _quiet(session)
+    _accumulator_errors_to_log(session)
     if not schema_ready:
         _create_metastore_schema(session, settings)
     return session
@@ -82,6 +86,29 @@ def _quiet(session: SparkSession) -> None:
     error = jvm.org.apache.logging.log4j.Level.ERROR
     for name in QUIET_LOGGERS:
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, error)
+
+
+def _accumulator_errors_to_log(session: SparkSession) -> None:
+    """pyspark's accumulator server prints a traceback (EOFError) on the terminal when the
+    driver JVM dies; the log file is where that belongs (the caller says the JVM ended)."""
+    server = getattr(session.sparkContext, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda _request, _address: LOG.info(
+            "pyspark accumulator server: connection from the driver JVM lost", exc_info=True)
+
+
+def driver_ended(session: SparkSession) -> int | None:
+    """The exit code of the session's driver JVM if it ended (killed, out of memory),
+    else None. A local session's JVM is this process's child, started by pyspark."""
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    return None if proc is None else proc.poll()
+
+
+def stop_session(session: SparkSession) -> None:
+    """Stop the session, unless its driver JVM is gone already (stopping would raise)."""
+    if driver_ended(session) is None:
+        session.stop()
 
 
 def _create_metastore_schema(session: SparkSession, settings: Settings) -> None:

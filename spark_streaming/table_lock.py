@@ -15,7 +15,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,7 +34,8 @@ def _lock_file(settings: Settings, table: str) -> Path:
     return settings.state_path / "locks" / f"{table}.lock"
 
 
-def _acquire(path: Path, table: str, purpose: str) -> None:
+def _acquire(path: Path, purpose: str, refusal: Callable[[str], str]) -> None:
+    """Lock `path` for this process; `refusal(holder)` is the error text when taken."""
     with _guard:
         if path in _held:
             _held[path][1] += 1
@@ -46,9 +47,7 @@ def _acquire(path: Path, table: str, purpose: str) -> None:
         except BlockingIOError:
             holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise TableBusy(
-                f"{table} is being written by {holder}; stop that first (Ctrl-C, or "
-                f"`lakehouse ingest`'s own stop), then run this again") from None
+            raise TableBusy(refusal(holder)) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} ({purpose})\n".encode())
         _held[path] = [fd, 1]
@@ -71,9 +70,25 @@ def writing(settings: Settings, tables: Iterable[str], purpose: str) -> Iterator
     try:
         for table in sorted(set(tables)):
             path = _lock_file(settings, table)
-            _acquire(path, table, purpose)
+            _acquire(path, purpose, lambda holder, table=table: (
+                f"{table} is being written by {holder}; stop that first (Ctrl-C, or "
+                f"`lakehouse ingest`'s own stop), then run this again"))
             acquired.append(path)
         yield
     finally:
         for path in reversed(acquired):
             _release(path)
+
+
+@contextmanager
+def running_alone(settings: Settings, service: str) -> Iterator[None]:
+    """Refuse a second `service` (e.g. `lakehouse ingest`) on the same state folder while
+    the block runs, naming the process that holds it."""
+    path = settings.state_path / "locks" / f"{service.replace(' ', '-')}.lock"
+    _acquire(path, service, lambda holder: (
+        f"`{service}` already runs on {settings.state_path} ({holder.replace(f' ({service})', '')}"
+        f"); stop it first (Ctrl-C in its terminal, or kill -TERM its pid)"))
+    try:
+        yield
+    finally:
+        _release(path)

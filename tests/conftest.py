@@ -199,7 +199,13 @@ def transformed_lakehouse(ingested_lakehouse: IngestedLakehouse) -> TransformedL
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Airflow's module runs last: its scheduler runs DAGs on the shared stack and its
+    """Airflow's module runs late: its scheduler runs DAGs on the shared stack and its
     transform DAG rebuilds the marts, so every other module sees the session's stack and
-    lakehouse as its own setup made them."""
-    items.sort(key=lambda item: item.nodeid.startswith("tests/test_airflow.py"))
+    lakehouse as its own setup made them. The fault matrix runs last of all: it kills the
+    shared stack's servers (a Connect worker that rode out a broker restart may not start
+    new connectors, which Airflow's tests apply)."""
+    def position(item: pytest.Item) -> int:
+        if item.nodeid.startswith("tests/faults/"):
+            return 2
+        return int(item.nodeid.startswith("tests/test_airflow.py"))
+    items.sort(key=position)

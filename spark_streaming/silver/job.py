@@ -30,6 +30,7 @@ from lakehouse.table_manager import apply_plan, plan_table
 from settings import ConfigError, Settings
 from spark_streaming.checkpoint_offsets import committed_source_offsets
 from spark_streaming.layer_progress import PROGRESS_EVERY_SECONDS, LayerProgress
+from spark_streaming.query_restarts import RestartingQuery
 from spark_streaming.silver.batch import METRICS_TABLE, SilverPipeline
 from spark_streaming.silver.delta_writes import DeltaTarget
 from spark_streaming.silver.expectations import load_suite
@@ -130,13 +131,23 @@ def _terminated(query: StreamingQuery) -> bool:
         return True  # reported through query.exception()
 
 
-def _failed(query: StreamingQuery, table: str) -> RuntimeError:
+def _reason(text: str) -> str:
     """The reason a query stopped, without the JVM and Python stack traces around it."""
-    text = str(query.exception())
     marker = f"{FailRuleBroken.__name__}: "
     if marker in text:
         text = text.split(marker, 1)[1].split("\n\tat ", 1)[0].strip()
-    return RuntimeError(f"silver query {table} stopped: {text}")
+    return text
+
+
+def _failed(query: StreamingQuery, table: str) -> RuntimeError:
+    return RuntimeError(f"silver query {table} stopped: {_reason(str(query.exception()))}")
+
+
+def _broken_rule(text: str, table: str) -> str | None:
+    """A broken `fail` rule stops the layer (replaying the batch breaks it again)."""
+    if f"{FailRuleBroken.__name__}: " not in text:
+        return None
+    return f"silver query {table} stopped: {_reason(text)}"
 
 
 def run_silver(spark: SparkSession, settings: Settings, tables: list[str] | None = None,
@@ -197,20 +208,26 @@ def _catch_up(spark: SparkSession, settings: Settings, pipelines: list[SilverPip
 def _run_continuous(spark: SparkSession, settings: Settings, pipelines: list[SilverPipeline],
                     report: Report, stop: threading.Event, interval: str,
                     max_files_per_trigger: int | None) -> None:
-    running = [(p, start_query(spark, settings, p, available_now=False, interval=interval,
-                               max_files_per_trigger=max_files_per_trigger))
+    """Every table's query until `stop` is set; one that stops for an outage is started
+    again from its checkpoint, one stopped by a broken `fail` rule ends the layer."""
+    running = [(p, RestartingQuery(
+        "silver", p.spec.table,
+        lambda p=p: start_query(spark, settings, p, available_now=False, interval=interval,
+                                max_files_per_trigger=max_files_per_trigger),
+        report, settings.ingest.recovery_timeout_seconds,
+        permanent=lambda text, table=p.spec.table: _broken_rule(text, table)))
                for p in pipelines]
     last_report = time.monotonic()
     progress = LayerProgress("silver")
     reported = {name: 0 for name in ("passed", "quarantined")}
     try:
         while not stop.is_set():
-            for pipeline, query in running:
-                if not query.isActive:
-                    raise _failed(query, pipeline.spec.table)
+            for _pipeline, query in running:
+                query.check()
             if time.monotonic() - last_report > PROGRESS_EVERY_SECONDS:
                 totals = {name: sum(p.totals[name] for p, _ in running) for name in reported}
-                report(progress.line({p.spec.table: q.recentProgress for p, q in running})
+                report(progress.line({q.table: q.query.recentProgress
+                                      for _, q in running if q.query is not None})
                        + f"; {totals['passed'] - reported['passed']:,} passed, "
                        f"{totals['quarantined'] - reported['quarantined']:,} quarantined")
                 reported = totals

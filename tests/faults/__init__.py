@@ -1,0 +1,1 @@
+"""The fault matrix (`make test-faults`)."""

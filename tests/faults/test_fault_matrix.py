@@ -1,0 +1,323 @@
+"""The fault matrix: kill -9, one at a time, each server of the embedded stack, a scraper
+and the Spark driver during a continuous `lakehouse ingest` with traffic; then catch up and
+prove every layer exactly-once.
+
+A killed server comes back through the ingest's own supervision and the running ingest
+resumes by itself; only a killed driver needs the ingest started again. Afterwards:
+bronze holds each Kafka record (topic, partition, offset) exactly once, silver equals the
+sources of truth (PostgreSQL, the feed simulator) without a duplicate key, no quarantined
+record is there twice, and a gold rebuild equals the incremental gold. The figures of each
+fault (records, lost, duplicated, recovery time) are written to the test's output folder
+as fault-matrix.json and printed.
+
+Runs last in `make test` (it kills the shared stack's servers); alone: `make test-faults`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+import pyarrow.compute as pc
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from deltalake import DeltaTable
+
+from connectors.rentals.database import connect
+from connectors.simulator.server import FeedSimulator
+from infra.clients import kafka_admin, kafka_config
+from infra.stack import Stack
+from lakehouse.definitions import load_definitions
+from lakehouse.storage import storage_options, table_uri
+from settings import Settings, load_settings
+from tests.conftest import PROJECT_DIR, TEST_PROFILE, read_delta, run_cli
+
+pytestmark = [pytest.mark.stack, pytest.mark.faults]
+
+SERVERS = ["kafka", "kafka-connect", "minio", "postgres"]
+RECOVERY_DEADLINE = 300.0  # seconds from a kill until the layers commit again
+# Tables the continuous traffic feeds every few seconds: their commits show recovery.
+WATCHED = ["bronze_bikes_rentals_db_public_rentals", "silver_rentals"]
+
+
+@dataclass
+class FaultResult:
+    fault: str
+    recovery_seconds: float
+    records: int = 0
+    lost: int = 0
+    duplicated: int = 0
+
+
+class RunningIngest:
+    """`lakehouse ingest` (continuous) as a subprocess, its output collected as it comes."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.log = log.open("a")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "--profile", TEST_PROFILE, "ingest",
+             "--interval", "2 seconds"],
+            cwd=PROJECT_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, start_new_session=True)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.output: list[str] = []
+
+        def read() -> None:
+            assert self.process.stdout is not None
+            for line in self.process.stdout:
+                self.log.write(line)
+                self.log.flush()
+                self.lines.put(line)
+            self.lines.put(None)
+        threading.Thread(target=read, daemon=True).start()
+
+    def wait_for(self, wanted: Callable[[str], bool], deadline: float, what: str) -> str:
+        """The first new output line `wanted` accepts, or fail naming `what`."""
+        end = time.monotonic() + deadline
+        while True:
+            try:
+                line = self.lines.get(timeout=max(end - time.monotonic(), 0.1))
+            except queue.Empty:
+                pytest.fail(f"no {what} within {deadline:.0f} s:\n" + self.tail())
+            if line is None:
+                pytest.fail(f"ingest ended while waiting for {what}:\n" + self.tail())
+            self.output.append(line)
+            if wanted(line):
+                return line
+
+    def drain(self) -> None:
+        while True:
+            try:
+                line = self.lines.get_nowait()
+            except queue.Empty:
+                return
+            if line is None:
+                return
+            self.output.append(line)
+
+    def tail(self) -> str:
+        return "".join(self.output)[-6000:]
+
+    def driver_pid(self) -> int:
+        """The Spark driver: the JVM the ingest's Python process started."""
+        for child in psutil.Process(self.process.pid).children(recursive=True):
+            if "java" in child.name() and "SparkSubmit" in " ".join(child.cmdline()):
+                return child.pid
+        raise AssertionError("the ingest runs no Spark driver JVM")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+            try:
+                self.process.wait(timeout=180)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.log.close()
+        return self.process.returncode
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+def _version(settings: Settings, table: str) -> int:
+    uri = table_uri(settings, table)
+    return DeltaTable(uri, storage_options=storage_options(settings, uri)).version()
+
+
+def _wait_for_commits(settings: Settings, ingest: RunningIngest, since: dict[str, int],
+                      began: float) -> float:
+    """Seconds from `began` until every watched table committed past `since`."""
+    pending = dict(since)
+    while pending:
+        assert time.monotonic() - began < RECOVERY_DEADLINE, (
+            f"{sorted(pending)} did not commit within {RECOVERY_DEADLINE:.0f} s:\n"
+            + ingest.tail())
+        assert ingest.process.poll() is None, "ingest ended:\n" + ingest.tail()
+        ingest.drain()
+        for table, version in list(pending.items()):
+            try:
+                if _version(settings, table) > version:
+                    del pending[table]
+            except Exception:  # the S3 server is still away
+                pass
+        time.sleep(1)
+    return time.monotonic() - began
+
+
+def _versions(settings: Settings) -> dict[str, int]:
+    return {table: _version(settings, table) for table in WATCHED}
+
+
+def _kafka_records(settings: Settings, topic: str) -> set[tuple[int, int]]:
+    """(partition, offset) of every committed record of `topic`, read until nothing came
+    for a few seconds (nothing produces any more: the ingest and its traffic stopped)."""
+    metadata = kafka_admin(settings).list_topics(topic, timeout=10).topics[topic]
+    consumer = Consumer({**kafka_config(settings), "group.id": f"faults-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in metadata.partitions])
+    seen: set[tuple[int, int]] = set()
+    try:
+        while batch := consumer.consume(1000, timeout=5):
+            for message in batch:
+                assert message.error() is None, message.error()
+                seen.add((message.partition(), message.offset()))
+        return seen
+    finally:
+        consumer.close()
+
+
+def _duplicates(rows: list[tuple]) -> int:
+    return sum(n - 1 for n in Counter(rows).values() if n > 1)
+
+
+def _rows(table: object) -> list[tuple]:
+    data = table.to_pydict()  # type: ignore[attr-defined]
+    return list(zip(*data.values(), strict=True))
+
+
+def test_every_fault_is_ridden_out_exactly_once(stack: Stack, settings: Settings,
+                                                 tmp_path: Path) -> None:
+    run = uuid.uuid4().hex[:10]
+    checkpoints = str(tmp_path / "checkpoints")
+    metastore = f"metastore_faults_{run}"
+    env = {**os.environ, "LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": f"test-faults/{run}",
+           "LAKEHOUSE_LAKEHOUSE__CHECKPOINT_DIR": checkpoints,
+           "LAKEHOUSE_POSTGRES__METASTORE_DATABASE": metastore,
+           "LAKEHOUSE_INGEST__WATCH_INTERVAL_SECONDS": "2",
+           "PYTHONFAULTHANDLER": "1"}
+    scoped = load_settings(TEST_PROFILE, environ=env)
+    results: list[FaultResult] = []
+    log = tmp_path / "ingest.log"
+    with FeedSimulator(port=settings.simulator.port, host=settings.simulator.host,
+                       seed=settings.simulator.seed, tick_interval=20.0) as simulator:
+        ingest = RunningIngest(env, log)
+        try:
+            ingest.wait_for(lambda line: "bronze: " in line and " batches" in line
+                            and ", 0 batches" not in line, 900, "bronze progress line")
+            _wait_for_commits(scoped, ingest, _versions(scoped), time.monotonic())
+
+            for name in SERVERS:
+                component = Stack(scoped).component(name)
+                pid = component.process.pid()
+                assert pid is not None, f"{name} is not running"
+                before = _versions(scoped)
+                began = time.monotonic()
+                os.kill(pid, signal.SIGKILL)
+                ingest.wait_for(lambda line, n=name: f"stack: {n} healthy again" in line,
+                                RECOVERY_DEADLINE, f"{name} started again by the ingest")
+                seconds = _wait_for_commits(scoped, ingest, before, began)
+                results.append(FaultResult(f"kill -9 {name}", round(seconds, 1)))
+
+            # a scraper killed mid-fetch (the feed answers slowly), then run again
+            simulator.set_faults(slow_seconds=4.0)
+            scrape = subprocess.Popen(
+                [sys.executable, "-m", "cli.main", "--profile", TEST_PROFILE, "scrape",
+                 "--once"], cwd=PROJECT_DIR, env=env, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL)
+            time.sleep(2)  # inside its first slow request
+            began = time.monotonic()
+            scrape.kill()
+            scrape.wait()
+            simulator.clear_faults()
+            again = run_cli("scrape", "--once", env=env, timeout=180)
+            assert again.returncode == 0, again.stdout + again.stderr
+            results.append(FaultResult("kill -9 scraper", round(time.monotonic() - began, 1)))
+
+            # the Spark driver: the ingest ends; started again it resumes from checkpoints
+            before = _versions(scoped)
+            began = time.monotonic()
+            os.kill(ingest.driver_pid(), signal.SIGKILL)
+            ingest.process.wait(timeout=180)
+            assert ingest.process.returncode != 0
+            ingest.drain()
+            ingest.log.close()
+            ingest = RunningIngest(env, log)
+            seconds = _wait_for_commits(scoped, ingest, before, began)
+            results.append(FaultResult("kill -9 spark driver (ingest restarted)",
+                                       round(seconds, 1)))
+            assert ingest.process.poll() is None
+            assert ingest.stop() == 0, ingest.tail()
+        finally:
+            ingest.kill()
+        # catch up: every source once more, every layer drained (the simulator stands still)
+        simulator.tick()
+        caught_up = run_cli("ingest", "--until-caught-up", env=env, timeout=1200)
+        assert caught_up.returncode == 0, (caught_up.stdout + caught_up.stderr)[-6000:]
+        system = simulator.system
+
+    output = "".join(ingest.output) + log.read_text()
+    for name in SERVERS:
+        assert f"stack: {name} is not running; starting it again" in output
+
+    # bronze: every committed Kafka record exactly once, nothing else
+    definitions = {d.name: d for d in load_definitions()}
+    lost = duplicated = records = 0
+    for table in sorted(n for n, d in definitions.items() if d.layer == "bronze"):
+        topic = scoped.kafka.topic_prefix + definitions[table].source.topic
+        in_kafka = _kafka_records(scoped, topic)
+        bronze = _rows(read_delta(scoped, table, ["partition", "offset"]))
+        records += len(in_kafka)
+        lost += len(in_kafka - set(bronze))
+        duplicated += _duplicates(bronze)
+        assert set(bronze) <= in_kafka, f"{table} holds records Kafka does not have"
+    for result in results:
+        result.records, result.lost, result.duplicated = records, lost, duplicated
+    assert (lost, duplicated) == (0, 0), f"bronze lost {lost}, duplicated {duplicated}"
+
+    # silver: no key twice; the CDC tables equal PostgreSQL; statuses equal the feed's
+    for table in sorted(n for n, d in definitions.items() if d.layer == "silver"):
+        key = list(definitions[table].unique_key or [])
+        if key:
+            assert _duplicates(_rows(read_delta(scoped, table, key))) == 0, table
+    rentals = read_delta(scoped, "silver_rentals", ["rental_id", "status", "is_deleted"])
+    live = rentals.filter(pc.invert(rentals["is_deleted"]))
+    with connect(scoped) as conn:
+        in_postgres = set(conn.execute("SELECT rental_id, status FROM rentals").fetchall())
+    assert set(zip(live["rental_id"].to_pylist(), live["status"].to_pylist(),
+                   strict=True)) == in_postgres
+    served_at = datetime.fromtimestamp(system.now, UTC)
+    statuses = read_delta(scoped, "silver_station_status")
+    snapshot = statuses.filter(pc.equal(statuses["last_updated"], served_at))
+    assert dict(zip(snapshot["station_id"].to_pylist(),
+                    snapshot["num_bikes_available"].to_pylist(), strict=True)) == {
+        s.station_id: system.station_counts(s)["bikes"] for s in system.stations}
+
+    # quarantine: no record quarantined twice
+    for table in sorted(n for n, d in definitions.items() if d.layer == "quarantine"):
+        rows = _rows(read_delta(scoped, table, ["kafka_topic", "kafka_partition",
+                                                "kafka_offset", "stage"]))
+        assert _duplicates(rows) == 0, table
+
+    # gold: a rebuild from silver equals what the incremental rounds wrote
+    gold = sorted(n for n, d in definitions.items() if d.layer == "gold")
+
+    def content(name: str) -> Counter:
+        data = read_delta(scoped, name)
+        return Counter(_rows(data.drop_columns(["updated_at"])))
+
+    incremental = {name: content(name) for name in gold}
+    rebuilt = run_cli("gold", "--rebuild", env=env, timeout=600)
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    assert {name: content(name) for name in gold} == incremental
+
+    figures = [asdict(r) for r in results]
+    (tmp_path / "fault-matrix.json").write_text(json.dumps(figures, indent=2))
+    print("\nfault matrix:\n" + "\n".join(
+        f"  {r.fault}: recovered in {r.recovery_seconds} s; bronze {r.records} "
+        f"records, lost {r.lost}, duplicated {r.duplicated}" for r in results))
