@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from connectors.connect_config import CONNECTORS_DIR, load_connector_dir
+from connectors.connect_config import CONNECTORS_DIR, ConnectorFileError, load_connector_dir
 from connectors.rentals.database import apply_schema
 from infra.clients import postgres_connect
 from settings import Settings
@@ -53,8 +53,13 @@ class CdcCapture:
 
 
 def cdc_capture(settings: Settings) -> CdcCapture | None:
-    """The capture of the connector file that names a publication (None if none does)."""
-    for connector in load_connector_dir(CONNECTORS_DIR, settings):
+    """The capture of the connector file that names a publication (None if none does);
+    ValueError naming the file and field when the connector files cannot be used."""
+    try:
+        connectors = load_connector_dir(CONNECTORS_DIR, settings)
+    except ConnectorFileError as exc:
+        raise ValueError(f"connector files: {exc}") from exc
+    for connector in connectors:
         config = connector.config
         if PUBLICATION_FIELD not in config:
             continue
