@@ -120,14 +120,14 @@ def _set_password(conn: psycopg.Connection, name: str, password: str) -> None:
 
 
 def _privileges(conn: psycopg.Connection) -> tuple[object, ...]:
-    """Owners and access lists of the database, schema public and its objects (to tell
-    whether the GRANTs and REVOKEs changed anything)."""
+    """Access lists of the database, schema public and its objects (to tell whether the
+    GRANTs and REVOKEs changed anything)."""
     return tuple(conn.execute(
-        "SELECT datdba::regrole::text, datacl::text FROM pg_database "
+        "SELECT datname::text, datacl::text FROM pg_database "
         "WHERE datname = current_database() "
-        "UNION ALL SELECT nspowner::regrole::text, nspacl::text FROM pg_namespace "
+        "UNION ALL SELECT 'schema ' || nspname, nspacl::text FROM pg_namespace "
         "WHERE nspname = 'public' "
-        "UNION ALL SELECT relowner::regrole::text || ':' || relname, relacl::text "
+        "UNION ALL SELECT 'relation ' || relname, relacl::text "
         "FROM pg_class WHERE relnamespace = 'public'::regnamespace ORDER BY 1, 2").fetchall())
 
 
@@ -222,7 +222,7 @@ def provision(settings: Settings, database: str | None = None) -> list[str]:
                 **names))
             change = ensure_publication(conn, capture.publication, capture.tables)
             changes += [change] if change else []
-        if not moved and _privileges(conn) != before:
+        if _privileges(conn) != before:
             changes.append(f"granted {app} and {cdc} their privileges on {pg.database}")
     logins: tuple[PostgresLogin, ...] = ("app", "cdc")
     for role in logins:
