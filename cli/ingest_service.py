@@ -29,8 +29,6 @@ from spark_streaming.query_restarts import RetryClock, first_line
 
 Report = Callable[[str], None]
 
-CDC_SLOT_FIELD = "slot.name"
-
 
 class IngestError(Exception):
     """A step of the ingest service failed; the message names the step."""
@@ -117,12 +115,10 @@ def start_simulator(settings: Settings, stack: ExitStack, report: Report) -> Non
 
 
 def _cdc_slot(settings: Settings) -> str | None:
-    from connectors.connect_config import CONNECTORS_DIR, load_connector_dir
+    from connectors.rentals.roles import cdc_capture
 
-    for connector in load_connector_dir(CONNECTORS_DIR, settings):
-        if CDC_SLOT_FIELD in connector.config:
-            return connector.config[CDC_SLOT_FIELD]
-    return None
+    capture = cdc_capture(settings)
+    return capture.slot if capture else None
 
 
 def make_rentals_changes(settings: Settings, options: IngestOptions, report: Report) -> None:

@@ -21,7 +21,7 @@ def _connect(settings: Settings) -> psycopg.Connection:
     except (psycopg.OperationalError, ValueError) as exc:
         pg = settings.postgres
         console.print(f"[red]cannot reach the rentals database[/red] "
-                      f"{pg.user}@{pg.host}:{pg.port}/{pg.database}: ", end="")
+                      f"{pg.app_user}@{pg.host}:{pg.port}/{pg.database}: ", end="")
         console.print(str(exc).strip(), markup=False)
         console.print("is the stack up (`lakehouse up`)?")
         sys.exit(1)
@@ -44,6 +44,31 @@ def seed_command(ctx: click.Context) -> None:
              f"{result.bikes_added} bike(s) added")
     else:
         say("rentals seed: schema and seed data already in place, nothing added")
+
+
+@rentals.command()
+@click.pass_context
+def provision(ctx: click.Context) -> None:
+    """Create or correct the app and CDC roles, the database, its schema and publication.
+
+    Runs as the administrator `postgres.user` (it needs CREATEROLE and REPLICATION, in
+    practice a superuser); `lakehouse up` does it for the embedded PostgreSQL. Idempotent:
+    a second run changes nothing.
+    """
+    from connectors.rentals.roles import provision as provision_roles
+
+    settings = settings_of(ctx)
+    try:
+        changes = provision_roles(settings)
+    except (psycopg.Error, ValueError) as exc:
+        console.print("[red]rentals provision failed[/red]: ", end="")
+        console.print(str(exc).strip(), markup=False)
+        sys.exit(1)
+    for change in changes:
+        say(f"rentals provision: {change}")
+    if not changes:
+        say("rentals provision: roles, privileges and publication already in place, "
+            "nothing changed")
 
 
 @rentals.command()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -87,29 +88,62 @@ class S3Settings(_Section):
         return self.access_key.get_secret_value(), self.secret_key.get_secret_value()
 
 
+# The logins of PostgreSQL: `admin` administers (the embedded cluster's superuser),
+# `app` is the rentals application, `cdc` is Debezium (connectors/rentals/roles.py).
+PostgresLogin = Literal["admin", "app", "cdc"]
+
+
 class PostgresSettings(_Section):
     host: str
     port: int = Field(ge=1, le=65535)
     database: str
+    # The administrator: the embedded cluster's superuser (initdb). It creates the roles
+    # below, the databases and the CDC publication, and owns the Hive metastore and Airflow
+    # databases; the application and Debezium never log in as it.
     user: str
     password: SecretStr | None = None
+    # The rentals application (seed, traffic): owns the rentals database and its tables;
+    # no superuser, no replication.
+    app_user: str = "lakehouse_app"
+    app_password: SecretStr | None = None
+    # Debezium: LOGIN REPLICATION, CONNECT and SELECT on the captured tables, nothing else.
+    cdc_user: str = "lakehouse_cdc"
+    cdc_password: SecretStr | None = None
     # Database of the Hive metastore: the catalog of lakehouse tables shared by every Spark
     # process (ingest, transform, notebooks), in this same PostgreSQL server; the first
     # Spark session creates it when missing.
     metastore_database: str = "metastore"
 
-    def dsn_kwargs(self) -> dict[str, str | int]:
-        if self.password is None:
+    @model_validator(mode="after")
+    def _distinct_roles(self) -> PostgresSettings:
+        """One role per purpose: sharing one would hand its privileges to the other."""
+        names = [self.user, self.app_user, self.cdc_user]
+        if len(set(names)) != len(names):
+            raise ValueError(f"postgres.user, app_user and cdc_user must differ, not {names}")
+        return self
+
+    def login(self, role: PostgresLogin = "admin") -> tuple[str, str]:
+        """(user, password) of one login; ValueError naming the variable when it is unset."""
+        user, password, variable = {
+            "admin": (self.user, self.password, "LAKEHOUSE_POSTGRES__PASSWORD"),
+            "app": (self.app_user, self.app_password, "LAKEHOUSE_POSTGRES__APP_PASSWORD"),
+            "cdc": (self.cdc_user, self.cdc_password, "LAKEHOUSE_POSTGRES__CDC_PASSWORD"),
+        }[role]
+        if password is None:
             raise ValueError(
-                "PostgreSQL password is not set: define LAKEHOUSE_POSTGRES__PASSWORD in the "
+                f"PostgreSQL password of {user!r} is not set: define {variable} in the "
                 "environment or in .env (`make setup` writes one)"
             )
+        return user, password.get_secret_value()
+
+    def dsn_kwargs(self, role: PostgresLogin = "admin") -> dict[str, str | int]:
+        user, password = self.login(role)
         return {
             "host": self.host,
             "port": self.port,
             "dbname": self.database,
-            "user": self.user,
-            "password": self.password.get_secret_value(),
+            "user": user,
+            "password": password,
         }
 
 

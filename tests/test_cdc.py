@@ -22,6 +22,7 @@ from psycopg import sql
 
 from connectors.connect_client import ConnectClient
 from connectors.rentals.database import connect
+from connectors.rentals.roles import cdc_capture, ensure_publication
 from infra.clients import postgres_connect
 from infra.stack import Stack
 from settings import Settings
@@ -93,6 +94,12 @@ def cdc(stack: Stack, settings: Settings, tmp_path_factory: pytest.TempPathFacto
     prefix = f"test.cdc_{suffix}"
     document["config"].update({"slot.name": slot, "publication.name": slot,
                                "topic.prefix": prefix, "snapshot.mode": "no_data"})
+    # Debezium's role may not create publications: the administrator makes this one, as
+    # `lakehouse up` makes the committed connector's.
+    capture = cdc_capture(settings)
+    assert capture is not None
+    with postgres_connect(settings) as conn:
+        ensure_publication(conn, slot, capture.tables)
     folder = tmp_path_factory.mktemp("cdc")
     write_connector(folder, document)
     applied = run_cli("connectors", "--dir", str(folder), "apply")
@@ -295,8 +302,9 @@ def _rentals_table(settings: Settings, database: str) -> list[tuple[Any, ...]]:
 def test_the_same_seed_makes_the_same_changes(stack: Stack, settings: Settings) -> None:
     databases = [unique("test_rentals_") for _ in range(3)]
     with postgres_connect(settings, dbname="postgres") as admin:
-        for database in databases:
-            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+        for database in databases:  # the app's databases are the app role's, as rentals is
+            admin.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                sql.Identifier(database), sql.Identifier(settings.postgres.app_user)))
     try:
         for database, seed in zip(databases, ("5", "5", "6"), strict=True):
             result = run_cli("rentals", "traffic", "--events", "30", "--rate", "200",

@@ -152,8 +152,12 @@ def test_connect_worker_matches_config(compose: dict[str, Any], external: Settin
     assert not wrong, (
         f"kafka-connect environment differs from the config: {wrong}, expected {expected}"
     )
-    assert "LAKEHOUSE_POSTGRES__PASSWORD" in env, (
-        "kafka-connect needs LAKEHOUSE_POSTGRES__PASSWORD for ${env:...} in connector configs"
+    assert "LAKEHOUSE_POSTGRES__CDC_PASSWORD" in env, (
+        "kafka-connect needs LAKEHOUSE_POSTGRES__CDC_PASSWORD for ${env:...} in connector "
+        "configs"
+    )
+    assert "LAKEHOUSE_POSTGRES__PASSWORD" not in env, (
+        "kafka-connect gets the administrator's password; Debezium logs in as postgres.cdc_user"
     )
 
 

@@ -20,9 +20,15 @@ pytestmark = pytest.mark.stack
 FILE_SOURCE = "org.apache.kafka.connect.file.FileStreamSourceConnector"
 
 
+# The one secret the worker gets: the password of Debezium's role, not the administrator's.
+CDC_PASSWORD = "LAKEHOUSE_POSTGRES__CDC_PASSWORD"
+
+
 def _secrets(settings: Settings) -> dict[str, str]:
     access_key, secret_key = settings.s3.credentials()
-    return {"LAKEHOUSE_S3__ACCESS_KEY": access_key, "LAKEHOUSE_S3__SECRET_KEY": secret_key}
+    return {"LAKEHOUSE_S3__ACCESS_KEY": access_key, "LAKEHOUSE_S3__SECRET_KEY": secret_key,
+            "LAKEHOUSE_POSTGRES__PASSWORD": settings.postgres.login("admin")[1],
+            "LAKEHOUSE_POSTGRES__APP_PASSWORD": settings.postgres.login("app")[1]}
 
 
 def _fields_with(answer: dict[str, Any], secret: str) -> list[str]:
@@ -75,18 +81,19 @@ def test_worker_environment_holds_only_referenced_variables(stack: Stack,
     leaked = sorted(set(_secrets(settings)) & set(environment))
     assert not leaked, f"the Connect worker's environment holds {leaked}"
     others = sorted(name for name in environment
-                    if name.startswith("LAKEHOUSE_") and name != "LAKEHOUSE_POSTGRES__PASSWORD")
+                    if name.startswith("LAKEHOUSE_") and name != CDC_PASSWORD)
     assert not others, f"the Connect worker's environment holds {others}"
-    assert "LAKEHOUSE_POSTGRES__PASSWORD" in environment, (
-        "rentals-cdc.json references ${env:LAKEHOUSE_POSTGRES__PASSWORD}; the worker lacks it")
+    assert CDC_PASSWORD in environment, (
+        f"rentals-cdc.json references ${{env:{CDC_PASSWORD}}}; the worker lacks it")
 
 
 def test_committed_cdc_connector_still_resolves_its_password(stack: Stack,
                                                              settings: Settings) -> None:
     """Debezium's validation logs in to PostgreSQL: no error means the allowed
-    `${env:LAKEHOUSE_POSTGRES__PASSWORD}` resolved to the right password."""
+    `${env:LAKEHOUSE_POSTGRES__CDC_PASSWORD}` resolved to the CDC role's password."""
     connector = load_connector_file(CONNECTORS_DIR / "rentals-cdc.json", settings)
-    assert connector.config["database.password"] == "${env:LAKEHOUSE_POSTGRES__PASSWORD}"
+    assert connector.config["database.password"] == f"${{env:{CDC_PASSWORD}}}"
+    assert connector.config["database.user"] == settings.postgres.cdc_user
     with ConnectClient.of(settings) as client:
         answer = client.validate(connector.connector_class, connector.config)
     errors = {c["value"]["name"]: c["value"]["errors"] for c in answer["configs"]

@@ -65,7 +65,7 @@ def _config_topic_records(settings: Settings) -> int:
 def test_repository_connector_files_are_valid_on_the_worker(
     stack: Stack, settings: Settings
 ) -> None:
-    # rentals-cdc validation connects to PostgreSQL with ${env:LAKEHOUSE_POSTGRES__PASSWORD},
+    # rentals-cdc validation connects to PostgreSQL with ${env:LAKEHOUSE_POSTGRES__CDC_PASSWORD},
     # so this also proves the worker process received the secret from the environment.
     assert run_cli("rentals", "seed").returncode == 0
     result = run_cli("connectors", "validate")

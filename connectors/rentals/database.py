@@ -22,8 +22,9 @@ CITY_CENTRE = (52.52, 13.405)
 
 
 def connect(settings: Settings, timeout: int = 5) -> psycopg.Connection:
-    """A connection to the rentals database (autocommit; use conn.transaction() to group)."""
-    return psycopg.connect(**settings.postgres.dsn_kwargs(), connect_timeout=timeout,
+    """A connection to the rentals database as the application's role `postgres.app_user`
+    (owner of its tables, no superuser; autocommit, use conn.transaction() to group)."""
+    return psycopg.connect(**settings.postgres.dsn_kwargs("app"), connect_timeout=timeout,
                            autocommit=True)
 
 

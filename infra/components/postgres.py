@@ -12,10 +12,10 @@ import subprocess
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
 
 from infra.clients import postgres_connect
 from infra.components.base import Component, Port, StackError
+from settings.model import PostgresLogin
 
 # PostgreSQL refuses to run as root; as root the cluster runs as this system user, in a
 # folder it can reach (a fresh clone may sit under a 0700 folder of root's).
@@ -81,10 +81,14 @@ class Postgres(Component):
             os.chown(path, entry.pw_uid, entry.pw_gid)
 
     def prepare(self) -> None:
+        logins: tuple[PostgresLogin, ...] = ("admin", "app", "cdc")
+        try:  # every password is set before anything starts
+            for role in logins:
+                self.settings.postgres.login(role)
+        except ValueError as exc:
+            raise StackError(self.name, str(exc)) from exc
         password = self.settings.postgres.password
-        if password is None:
-            raise StackError(self.name, "LAKEHOUSE_POSTGRES__PASSWORD is not set "
-                             "(environment or .env; `make setup` writes one)")
+        assert password is not None
         if self.run_as():
             try:
                 pwd.getpwnam(SYSTEM_USER)
@@ -164,13 +168,17 @@ class Postgres(Component):
         return True
 
     def after_healthy(self) -> None:
-        database = self.settings.postgres.database
-        with postgres_connect(self.settings, dbname="postgres") as conn:
-            exists = conn.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
-            ).fetchone()
-            if not exists:
-                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+        """The rentals database with its least-privilege roles, schema and CDC publication
+        (idempotent, so a cluster from before the roles is upgraded on its next start)."""
+        from connectors.rentals.roles import provision
+
+        try:
+            changes = provision(self.settings)
+        except (psycopg.Error, ValueError) as exc:
+            raise StackError(self.name, f"setting up the rentals database's roles failed: "
+                             f"{exc}", self.process.log_file) from exc
+        if changes:
+            self.notes.append("rentals database: " + "; ".join(changes))
 
     def version(self) -> str:
         with postgres_connect(self.settings, dbname="postgres", timeout=2) as conn:
