@@ -1,7 +1,7 @@
 """`lakehouse ingest`: the whole pipeline as one service.
 
 Order matters and each step is idempotent, so the command can be re-run at any time:
-stack up (embedded) -> tables apply -> rentals seed (embedded) -> connectors apply ->
+stack up (embedded) -> tables apply -> rentals provision and seed (embedded) -> connectors apply ->
 feed simulator (embedded) -> scrapers -> bronze -> silver -> gold. With
 `--until-caught-up` every source is read once, every layer drains and the command exits;
 otherwise everything keeps running until Ctrl-C/SIGTERM, with a progress line per layer.
@@ -81,6 +81,8 @@ def prepare(settings: Settings, options: IngestOptions, report: Report) -> None:
     run_step(settings, report, "tables", "apply")
     write_dbt_sources(settings, report)
     if embedded and "rentals" not in options.skip:
+        # the roles too: a server started by an older version has not got them yet
+        run_step(settings, report, "rentals", "provision")
         run_step(settings, report, "rentals", "seed")
     if "connectors" not in options.skip:
         run_step(settings, report, "connectors", "apply", "--wait")
