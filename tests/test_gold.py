@@ -79,8 +79,8 @@ GOLD = ("gold_station_availability_15min", "gold_rentals_daily_weather",
         "gold_system_utilisation_hourly")
 
 
-@pytest.fixture(scope="module")
-def built(stack: Stack, settings: Settings, spark: SparkSession) -> Built:
+def _empty_lake(settings: Settings, spark: SparkSession) -> Lake:
+    """Gold and its silver inputs, created empty under a prefix of their own."""
     prefix = f"test-gold/{uuid.uuid4().hex[:10]}"
     scoped = settings.model_copy(update={"lakehouse": settings.lakehouse.model_copy(
         update={"tables_prefix": prefix})})
@@ -90,13 +90,18 @@ def built(stack: Stack, settings: Settings, spark: SparkSession) -> Built:
              "silver_weather_hourly", *GOLD]
     for definition in load_definitions(tables=names):
         apply_plan(spark, plan_table(definition, root, storage), storage, lambda _m: None)
-    lake = Lake(scoped, root, storage, spark)
+    return Lake(scoped, root, storage, spark)
+
+
+@pytest.fixture(scope="module")
+def built(stack: Stack, settings: Settings, spark: SparkSession) -> Built:
+    lake = _empty_lake(settings, spark)
     _fill(lake)
     written = lake.gold(spark)
     return Built(lake, written, {name: lake.keyed(name) for name in GOLD})
 
 
-def status(station: str, when: datetime, bikes: int, docks: int,
+def status(station: str, when: datetime, bikes: int, docks: int | None,
            disabled: int | None = None) -> dict[str, Any]:
     return {"system_id": SYSTEM, "station_id": station, "last_updated": when,
             "status_date": when.date(), "num_bikes_available": bikes,
@@ -290,3 +295,26 @@ def test_cli_with_nothing_new_does_nothing(built: Built) -> None:
     assert result.returncode == 0, result.stderr
     assert "up to date with silver, nothing to do" in result.stderr
     assert {name: lake.table(name).version() for name in GOLD} == versions
+
+
+def test_virtual_station_without_docks_has_unknown_dock_figures(
+        stack: Stack, settings: Settings, spark: SparkSession) -> None:
+    """A virtual station reports no docks (num_docks_available null): its dock figures are
+    null, not 0 (never "full"), and the system's dock occupancy counts only the bikes of
+    stations whose docks are known."""
+    lake = _empty_lake(settings, spark)
+    lake.append("silver_station_status", [
+        status("station-1", at(10, 0), 2, 8),
+        status("zone-1", at(10, 0), 3, None),
+        status("zone-1", at(10, 5), 1, None),
+    ])
+    lake.gold(spark)
+
+    zone = lake.keyed("gold_station_availability_15min")[(SYSTEM, "zone-1", at(10, 0))]
+    assert zone["avg_bikes_available"] == pytest.approx((3 * 5 + 1 * 10) / 15)
+    assert (zone["avg_docks_available"], zone["share_time_full"]) == (None, None)
+    assert zone["share_time_empty"] == 0
+    hour = lake.keyed("gold_system_utilisation_hourly")[(SYSTEM, at(10, 0))]
+    assert hour["bikes_available"] == pytest.approx(2 + (3 + 1) / 2)
+    assert hour["docks_available"] == pytest.approx(8)
+    assert hour["dock_occupancy"] == pytest.approx(2 / 10)

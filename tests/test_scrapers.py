@@ -356,3 +356,69 @@ def test_localized_names_in_the_feed_language_and_an_entry_without_text_rejected
     with pytest.raises(RecordError, match=r"^address: "):
         normalise("station_information", {**station, "address": [{"language": "en"}]},
                   envelope, "sys", "en")
+
+
+def test_docks_of_a_virtual_station_are_null_and_numbers_are_not_coerced() -> None:
+    """A virtual station has no docks: its capacity and num_docks_available are null, never
+    0. A fraction for an integer count is an error naming the source field (v3 spelling),
+    not silently truncated."""
+    from connectors.scrapers.gbfs import Envelope, RecordError, normalise
+
+    envelope = Envelope(version="3.0", last_updated=1_700_000_000, ttl=30, data={})
+    zone = {"station_id": "z1", "name": "Zone", "lat": 1.0, "lon": 2.0,
+            "is_virtual_station": True}
+    assert normalise("station_information", zone, envelope, "sys", "en").value["capacity"] \
+        is None
+    status = {"station_id": "z1", "num_vehicles_available": 3, "is_installed": True,
+              "is_renting": True, "is_returning": True}
+    value = normalise("station_status", status, envelope, "sys", "en").value
+    assert (value["num_bikes_available"], value["num_docks_available"]) == (3, None)
+    assert normalise("station_status", {**status, "num_vehicles_available": 3.0}, envelope,
+                     "sys", "en").value["num_bikes_available"] == 3
+    for broken, error in (
+            ({**status, "num_vehicles_available": 2.5},
+             r"^num_vehicles_available: expected an integer, got 2.5$"),
+            ({**status, "num_vehicles_available": "3"},
+             r"^num_vehicles_available: expected a number, got '3'$"),
+            ({k: v for k, v in status.items() if k != "num_vehicles_available"},
+             r"^num_vehicles_available: missing$"),
+            ({**status, "num_vehicles_disabled": "none"}, r"^num_vehicles_disabled: ")):
+        with pytest.raises(RecordError, match=error):
+            normalise("station_status", broken, envelope, "sys", "en")
+    v2 = Envelope(version="2.3", last_updated=1_700_000_000, ttl=30, data={})
+    with pytest.raises(RecordError, match=r"^num_bikes_available: missing$"):
+        normalise("station_status", {"station_id": "s", "is_installed": True,
+                                     "is_renting": True, "is_returning": True}, v2, "sys", "en")
+    with pytest.raises(RecordError, match=r"^bike_id: missing$"):
+        normalise("vehicle_status", {"lat": 1.0}, v2, "sys", "en")
+
+
+def test_a_bad_record_is_dead_lettered_naming_its_place_and_source_field(
+        stack: Stack, settings: Settings, sim: FeedSimulator, tmp_path: Path) -> None:
+    """One station with a text count: that station alone goes to the DLQ, its `error`
+    header naming the item and the feed's own field; the rest of the snapshot is produced.
+    The virtual station of the simulator is produced with null docks."""
+    config = _settings(settings, sim, tmp_path)
+    prefix, suffix = config.kafka.topic_prefix, config.kafka.dlq_topic_suffix
+    scraper = _scraper(config, tmp_path / "src", bikes=GBFS_V3)
+    try:
+        sim.set_faults(wrong_type="num_vehicles_available", path="station_status")
+        report = scraper.run_once()[0]
+    finally:
+        sim.clear_faults()
+        scraper.close()
+    error = ("record data.stations[0]: num_vehicles_available: expected a number, "
+             "got 'corrupt'")
+    assert report.dead_lettered == 1 and any(error in e for e in report.errors), report.errors
+    dead = _consume(config, f"{prefix}station_status{suffix}")
+    assert len(dead) == 1
+    assert dict(dead[0].headers())["error"].decode() == error
+    assert json.loads(dead[0].value())["num_vehicles_available"] == "corrupt"
+    stations = sim.system.stations
+    status = dict(_decoded(_consume(config, f"{prefix}station_status", 1)))
+    assert len(status) == len(stations) - 1 and stations[0].station_id not in status
+    virtual = [s.station_id for s in stations if s.is_virtual]
+    assert len(virtual) == 1 and status[virtual[0]]["num_docks_available"] is None
+    info = dict(_decoded(_consume(config, f"{prefix}station_information", 1)))
+    assert info[virtual[0]]["capacity"] is None
+    assert all(v["capacity"] for k, v in info.items() if k != virtual[0])

@@ -464,3 +464,86 @@ def test_invalid_utf8_is_quarantined_not_replaced(spark: SparkSession, lake: Set
     assert [(r["raw_key"], r["stage"]) for r in quarantine] == [(b"bad", "parse")]
     assert quarantine[0]["reason"].startswith("invalid utf-8")
     assert quarantine[0]["raw_value"] == latin1
+
+
+def test_json_types_are_checked_not_coerced(spark: SparkSession, lake: Settings) -> None:
+    """A JSON number where a string belongs, a string where a number belongs, a fraction for
+    an integer: quarantine (stage schema) naming the field and both types. 7.0 is the
+    integer 7, an integer fits a double (the lat of a station), null stays null."""
+    table = "silver_station_status"
+    bronze = Bronze(spark, lake, table, "bikes.station_status")
+    bronze.append([
+        ("text-number", _status("s1", bikes="7")),
+        ("number-id", _status(123)),
+        ("fraction", _status("s3", bikes=7.5)),
+        ("float-epoch", _status("s4", last_updated=EPOCH + 0.5)),
+        ("text-flag", _status("s5", is_renting="true")),
+        ("object", _status("s6", system_id={"id": "sim"})),
+        ("twice", '{"station_id": "s7", "station_id": "s8"}'),
+        ("whole", _status("s9", bikes=7.0)),
+        ("nulls", _status("s10", num_bikes_disabled=None, is_installed=None)),
+    ])
+    run_silver(spark, lake, [table], report=lambda _: None)
+
+    silver = {r["station_id"]: r for r in _rows(lake, table)}
+    assert sorted(silver) == ["s10", "s9"]
+    assert silver["s9"]["num_bikes_available"] == 7
+    assert (silver["s10"]["num_bikes_disabled"], silver["s10"]["is_installed"]) == (None, None)
+    reasons = {r["raw_key"].decode(): (r["stage"], r["reason"])
+               for r in _rows(lake, "quarantine_station_status")}
+    assert reasons == {
+        "text-number": ("schema", "num_bikes_available: expected integer, got string"),
+        "number-id": ("schema", "station_id: expected string, got integer"),
+        "fraction": ("schema", "num_bikes_available: expected integer, got number"),
+        "float-epoch": ("schema", "last_updated: expected integer, got number"),
+        "text-flag": ("schema", "is_renting: expected boolean, got string"),
+        "object": ("schema", "system_id: expected string, got object"),
+        "twice": ("parse", "station_id: field given more than once"),
+    }
+
+    info = Bronze(spark, lake, "silver_station_information", "bikes.station_information")
+    info.append([("st-1", dict(_station("Quai", 45.757, EPOCH), lat=46, capacity="12"))])
+    run_silver(spark, lake, ["silver_station_information"], report=lambda _: None)
+    assert [r["reason"] for r in _rows(lake, "quarantine_station_information")] == [
+        "capacity: expected integer, got string"]
+    info.append([("st-1", dict(_station("Quai", 45.757, EPOCH), lat=46))])
+    run_silver(spark, lake, ["silver_station_information"], report=lambda _: None)
+    assert [r["lat"] for r in _rows(lake, "silver_station_information")] == [46.0]
+
+
+def test_oversized_values_are_quarantined_with_their_size(spark: SparkSession,
+                                                         lake: Settings) -> None:
+    """A string field over the spec's max_field_bytes (default 4096) and a record over
+    max_record_bytes (default 1 MiB, e.g. a 5 MB station name) go to quarantine naming the
+    field, its size and the maximum; a name just within the limit is stored."""
+    table = "silver_station_information"
+    bronze = Bronze(spark, lake, table, "bikes.station_information")
+    bronze.append([("long", _station("é" * 2500, 45.7, EPOCH)),      # 5000 bytes
+                   ("huge", _station("n" * 5 * 1024 * 1024, 45.7, EPOCH)),
+                   ("fits", _station("n" * 4096, 45.7, EPOCH))])
+    run_silver(spark, lake, [table], report=lambda _: None)
+
+    assert [len(r["name"]) for r in _rows(lake, table)] == [4096]
+    reasons = {r["raw_key"].decode(): (r["stage"], r["reason"])
+               for r in _rows(lake, "quarantine_station_information")}
+    huge = len(json.dumps(_station("n" * 5 * 1024 * 1024, 45.7, EPOCH)).encode())
+    assert reasons == {
+        "long": ("schema", "name: 5000 bytes, more than the table's maximum of 4096"),
+        "huge": ("parse", f"value: {huge} bytes, more than the table's maximum of 1048576"),
+    }
+
+
+def test_size_limits_of_a_spec_are_validated(tmp_path: Path) -> None:
+    """max_field_bytes / max_record_bytes are per spec; a bad value is refused naming the
+    file and the field."""
+    text = (PIPELINES_DIR / "silver_station_status.yaml").read_text()
+    spec = tmp_path / "silver_station_status.yaml"
+    spec.write_text(text + "max_field_bytes: 512\n")
+    assert load_specs(tmp_path)[0].max_field_bytes == 512
+    spec.write_text(text + "max_field_bytes: 0\n")
+    with pytest.raises(SpecError, match=rf"{spec}: max_field_bytes: .*greater than or equal"):
+        load_specs(tmp_path)
+    spec.write_text(text + "max_field_bytes: 2048\nmax_record_bytes: 1024\n")
+    with pytest.raises(SpecError, match=rf"{spec}: max_field_bytes: 2048 is more than "
+                                        r"max_record_bytes \(1024\)"):
+        load_specs(tmp_path)

@@ -161,3 +161,28 @@ def test_simulator_command_serves_until_interrupted() -> None:
     assert "simulator stopped" in stderr
     time.sleep(0.1)
     assert port_is_free(port)
+
+
+def test_a_virtual_station_without_docks_in_both_versions(sim: FeedSimulator) -> None:
+    """One station is virtual (a zone without docks): no capacity, no dock counts, and the
+    simulated riders never dock there."""
+    for version in ("2.3/en", "3.0"):
+        info = _get(sim, f"/gbfs/{version}/station_information.json").json()["data"]["stations"]
+        virtual = [s for s in info if s.get("is_virtual_station")]
+        assert len(virtual) == 1 and "capacity" not in virtual[0], version
+        assert all(isinstance(s["capacity"], int) for s in info if s not in virtual)
+        status = {s["station_id"]: s for s in
+                  _get(sim, f"/gbfs/{version}/station_status.json").json()["data"]["stations"]}
+        zone = status[virtual[0]["station_id"]]
+        assert "num_docks_available" not in zone and "num_docks_disabled" not in zone
+        assert all("num_docks_available" in s for k, s in status.items() if s is not zone)
+    sim.tick(30)
+    assert all(v.station_id != virtual[0]["station_id"] for v in sim.system.vehicles)
+
+
+def test_wrong_type_fault_corrupts_one_field_of_the_first_item(sim: FeedSimulator) -> None:
+    sim.set_faults(wrong_type="num_vehicles_available", path="station_status")
+    stations = _get(sim, "/gbfs/3.0/station_status.json").json()["data"]["stations"]
+    assert stations[0]["num_vehicles_available"] == "corrupt"
+    assert all(isinstance(s["num_vehicles_available"], int) for s in stations[1:])
+    assert isinstance(_get(sim, "/gbfs/3.0/vehicle_status.json").json(), dict)

@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from infra.clients import kafka_admin, kafka_config, s3_client
 from infra.stack import Stack
 from lakehouse.catalog import registered_tables
-from lakehouse.definitions import load_definitions
+from lakehouse.definitions import DEFINITIONS_DIR, load_definitions
 from lakehouse.maintenance import maintain_table
 from lakehouse.storage import delta_path_sql, spark_uri, storage_options
 from lakehouse.table_manager import REFUSE, apply_plan, plan_table, table_location
@@ -195,7 +195,7 @@ def test_property_and_constraint_drift_is_detected_and_converged(
     assert configuration["delta.logRetentionDuration"] == "interval 30 days"
     assert "delta.constraints.stray_rule" not in configuration
     assert configuration["delta.constraints.docks_available_not_negative"] == (
-        "num_docks_available >= 0")
+        "num_docks_available IS NULL OR num_docks_available >= 0")
     assert root.cli("tables", "diff", "--table", name).returncode == 0
 
 
@@ -219,6 +219,46 @@ def test_additive_column_is_applied_and_rows_are_kept(
     rows = _sorted_rows(table, ["trip_id", "city", "distance_km", "duration_s"])
     assert [r["trip_id"] for r in rows] == [0, 1, 2, 3]
     assert all(r["duration_s"] is None for r in rows)
+    assert root.cli("tables", "diff", "--definitions", str(tmp_path)).returncode == 0
+
+
+def test_a_not_null_column_made_nullable_is_a_compatible_change(
+    root: Root, spark: SparkSession, tmp_path: Path
+) -> None:
+    """silver_station_status.num_docks_available was NOT NULL with a plain CHECK; a virtual
+    station has no docks, so it became nullable: an existing table takes the change in
+    place (drop not null, replace constraint), keeps its rows and accepts a null."""
+    name = "silver_station_status"
+    current = (DEFINITIONS_DIR / "silver" / f"{name}.yaml").read_text()
+    before = current.replace(
+        "  - name: num_docks_available\n    type: int\n",
+        "  - name: num_docks_available\n    type: int\n    nullable: false\n").replace(
+        "num_docks_available IS NULL OR num_docks_available >= 0", "num_docks_available >= 0")
+    assert before != current
+    (tmp_path / "silver").mkdir()
+    (tmp_path / "silver" / f"{name}.yaml").write_text(before)
+    assert root.cli("tables", "apply", "--definitions", str(tmp_path)).returncode == 0
+    assert not root.table(name).schema().to_arrow().field("num_docks_available").nullable
+    now = datetime.now(UTC)
+    row = {"system_id": "s", "station_id": "x", "last_updated": now, "status_date": now.date(),
+           "num_bikes_available": 3, "num_docks_available": 5, "kafka_topic": "t",
+           "kafka_partition": 0, "kafka_offset": 1, "ingested_at": now}
+    root.append(spark, name, pa.Table.from_pylist(
+        [row], schema=pa.schema(root.table(name).schema().to_arrow())))
+
+    (tmp_path / "silver" / f"{name}.yaml").write_text(current)
+    drift = root.cli("tables", "diff", "--definitions", str(tmp_path))
+    assert "drop not null num_docks_available" in drift.stdout, drift.stdout
+    assert "replace constraint docks_available_not_negative" in drift.stdout, drift.stdout
+    applied = root.cli("tables", "apply", "--definitions", str(tmp_path))
+    assert applied.returncode == 0, applied.stderr
+    schema = pa.schema(root.table(name).schema().to_arrow())
+    assert schema.field("num_docks_available").nullable
+    root.append(spark, name, pa.Table.from_pylist(
+        [{**row, "station_id": "zone", "num_docks_available": None}], schema=schema))
+    rows = root.table(name).to_pyarrow_dataset().to_table().to_pylist()
+    assert sorted((r["station_id"], r["num_docks_available"]) for r in rows) == [
+        ("x", 5), ("zone", None)]
     assert root.cli("tables", "diff", "--definitions", str(tmp_path)).returncode == 0
 
 

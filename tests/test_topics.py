@@ -56,6 +56,18 @@ def test_an_undeclared_produced_topic_fails_validate(topics_dir: Path) -> None:
     assert "table bronze_bikes_trips_csv reads topic 'trips_csv', which no file" in result.stderr
 
 
+def test_a_topic_without_a_bronze_table_definition_fails_validate(topics_dir: Path) -> None:
+    """The reverse of a table without its topic: a declared topic whose consumer has no
+    table definition is reported by name, once, not skipped by the ingest without a word."""
+    weather = topics_dir / "weather.yaml"
+    weather.write_text(weather.read_text().replace("consumer: bronze_bikes_weather",
+                                                   "consumer: bronze_bikes_weather_v2"))
+    result = run_cli("topics", "validate", "--topics-dir", str(topics_dir))
+    assert result.returncode == 2, result.stderr
+    problem = f"{weather}: consumer: 'bronze_bikes_weather_v2' is not a table definition"
+    assert result.stderr.count(problem) == 1, result.stderr
+
+
 def test_apply_creates_converges_and_refuses_what_kafka_cannot_do(
     stack: Stack, settings: Settings, topics_dir: Path
 ) -> None:

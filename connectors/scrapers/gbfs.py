@@ -23,7 +23,10 @@ class PayloadError(ValueError):
 
 
 class RecordError(ValueError):
-    """One station or vehicle that cannot be normalised; the rest of the snapshot is fine."""
+    """One station or vehicle that cannot be normalised; the rest of the snapshot is fine.
+    The message starts with the field of the source document (as the feed spells it, e.g.
+    v3 `num_vehicles_available`), so a dead-lettered record says what to look at; the
+    runner prefixes the item's place (`data.stations[3]`)."""
 
 
 @dataclass(frozen=True)
@@ -115,15 +118,26 @@ def text(value: Any, language: str | None, field: str) -> str | None:
 
 def _required(item: dict[str, Any], field: str) -> Any:
     if item.get(field) is None:
-        raise RecordError(f"missing field {field}")
+        raise RecordError(f"{field}: missing")
     return item[field]
 
 
+def _spelling(item: dict[str, Any], env: Envelope, v3: str, v2: str) -> str:
+    """The source field of a contract field spelled differently in GBFS 3.0 and 2.x: the
+    spelling the item has, else its version's, so errors name what the feed sent or lacks."""
+    present = [name for name in (v3, v2) if name in item]
+    return present[0] if present else v3 if major(env.version) == "3" else v2
+
+
 def _number(value: Any, field: str, kind: type = float) -> Any:
+    """A JSON number; for an int field one without fraction (7.0 is 7, 7.5 is an error,
+    never silently 7)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise RecordError(f"{field}: expected a number, got {value!r}")
+    if kind is int and isinstance(value, float) and not value.is_integer():
+        raise RecordError(f"{field}: expected an integer, got {value!r}")
     return kind(value)
 
 
@@ -136,13 +150,13 @@ def _flag(item: dict[str, Any], field: str, default: bool | None = None) -> bool
     return value
 
 
-def items_of(feed: str, env: Envelope) -> list[Any]:
-    """The list of stations or vehicles in a feed's data."""
+def list_name(feed: str, env: Envelope) -> str:
+    """The name of the feed's list under `data` (stations, vehicles, or v2 bikes)."""
     names = {"station_information": ("stations",), "station_status": ("stations",),
              "vehicle_status": ("vehicles", "bikes")}[feed]
     for name in names:
         if isinstance(env.data.get(name), list):
-            return env.data[name]
+            return name
     raise PayloadError(f"{feed}: data has no {' or '.join(names)} list")
 
 
@@ -163,15 +177,16 @@ def normalise(feed: str, item: Any, env: Envelope, system_id: str,
                  "address": text(item.get("address"), language, "address"),
                  "region_id": None if item.get("region_id") is None else str(item["region_id"])}
     elif feed == "station_status":
-        bikes = item.get("num_vehicles_available", item.get("num_bikes_available"))
-        disabled = item.get("num_vehicles_disabled", item.get("num_bikes_disabled"))
+        bikes = _spelling(item, env, "num_vehicles_available", "num_bikes_available")
+        disabled = _spelling(item, env, "num_vehicles_disabled", "num_bikes_disabled")
         value = {**common,
                  "station_id": str(_required(item, "station_id")),
-                 "num_bikes_available": _number(_required({"n": bikes}, "n"),
-                                                "num_bikes_available", int),
-                 "num_docks_available": _number(item.get("num_docks_available", 0),
+                 "num_bikes_available": _number(_required(item, bikes), bikes, int),
+                 # GBFS requires docks for physical stations only: a virtual station (or a
+                 # feed) without them is unknown (null), never 0, which would read as full
+                 "num_docks_available": _number(item.get("num_docks_available"),
                                                 "num_docks_available", int),
-                 "num_bikes_disabled": _number(disabled, "num_bikes_disabled", int),
+                 "num_bikes_disabled": _number(item.get(disabled), disabled, int),
                  "num_docks_disabled": _number(item.get("num_docks_disabled"),
                                                "num_docks_disabled", int),
                  "is_installed": _flag(item, "is_installed"),
@@ -180,10 +195,10 @@ def normalise(feed: str, item: Any, env: Envelope, system_id: str,
                  "last_reported": epoch_seconds(item.get("last_reported", env.last_updated),
                                                 "last_reported")}
     else:
-        vehicle_id = item.get("vehicle_id", item.get("bike_id"))
+        vehicle_id = _spelling(item, env, "vehicle_id", "bike_id")
         reported = item.get("last_reported")
         value = {**common,
-                 "vehicle_id": str(_required({"vehicle_id": vehicle_id}, "vehicle_id")),
+                 "vehicle_id": str(_required(item, vehicle_id)),
                  "lat": _number(item.get("lat"), "lat"),
                  "lon": _number(item.get("lon"), "lon"),
                  "is_reserved": _flag(item, "is_reserved", False),

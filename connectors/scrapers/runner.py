@@ -181,7 +181,8 @@ class SourceRunner:
             return
         try:
             env = gbfs.envelope(gbfs.parse_json(result.body))
-            items = gbfs.items_of(feed, env)
+            list_name = gbfs.list_name(feed, env)
+            items = env.data[list_name]
         except gbfs.PayloadError as exc:
             self.fetcher.forget(result)
             self._dead_letter(report, feed, result, result.body, str(exc))
@@ -196,13 +197,15 @@ class SourceRunner:
             report.notes.append(f"{feed}: last_updated unchanged, nothing produced")
             return
         records = []
-        for item in items:
+        for index, item in enumerate(items):
             try:
                 records.append(gbfs.normalise(feed, item, env, self._system_id or "",
                                               found.language))
             except gbfs.RecordError as exc:
+                # the error names the item's place and field in the source document
                 body = json.dumps(item, ensure_ascii=False).encode()
-                self._dead_letter(report, feed, result, body, f"record: {exc}")
+                self._dead_letter(report, feed, result, body,
+                                  f"record data.{list_name}[{index}]: {exc}")
         self._produce(report, feed, result, records, feed, env.last_updated)
 
     # --- weather ------------------------------------------------------------------------

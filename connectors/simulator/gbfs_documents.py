@@ -77,7 +77,7 @@ def feed_data(system: BikeSystem, version: str, language: str, name: str) -> dic
 
 
 def _station_information(station: Any, v3: bool, language: str) -> dict[str, Any]:
-    return {
+    info = {
         "station_id": station.station_id,
         "name": _localized(station.names) if v3 else station.names[language],
         "short_name": _localized({lang: station.short_name for lang in LANGUAGES})
@@ -89,6 +89,10 @@ def _station_information(station: Any, v3: bool, language: str) -> dict[str, Any
         "capacity": station.capacity,
         "rental_methods": ["key", "creditcard", "phone"],
     }
+    if station.is_virtual:  # a zone without docks: no capacity at all, as GBFS allows
+        del info["capacity"]
+        info["is_virtual_station"] = True
+    return info
 
 
 def _station_status(system: BikeSystem, station: Any, v3: bool) -> dict[str, Any]:
@@ -113,6 +117,8 @@ def _station_status(system: BikeSystem, station: Any, v3: bool) -> dict[str, Any
                       num_bikes_disabled=counts["bikes_disabled"],
                       vehicle_types_available=types,
                       last_reported=station.last_reported)
+    if station.is_virtual:  # GBFS requires dock counts of physical stations only
+        del status["num_docks_available"], status["num_docks_disabled"]
     return status
 
 

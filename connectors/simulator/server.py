@@ -47,6 +47,9 @@ class Faults:
     malformed: bool = False
     # Report a last_updated an hour older than the system's start (a frozen feed).
     stale: bool = False
+    # Give this field of the feed's first station or vehicle a text value ("corrupt"): one
+    # bad record in an otherwise good snapshot (the scraper dead-letters it alone).
+    wrong_type: str = ""
 
     def applies_to(self, path: str) -> bool:
         return not path.startswith("/control") and self.path in path
@@ -132,6 +135,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": f"no such feed: {parts.path}"})
             return
         status, payload, last_updated = answer
+        if fault_active and faults.wrong_type:
+            _corrupt_first_item(payload, faults.wrong_type)
         body = json.dumps(payload, ensure_ascii=False).encode()
         if fault_active and faults.malformed:
             body = body[: len(body) // 2] + b"<html>upstream proxy error"
@@ -249,12 +254,23 @@ class _Handler(BaseHTTPRequestHandler):
         return False
 
 
+def _corrupt_first_item(payload: Any, field: str) -> None:
+    """The `wrong_type` fault: the first item of the document's list that has `field`."""
+    data = payload.get("data") if isinstance(payload, dict) else None
+    for items in (data or {}).values():
+        if isinstance(items, list):
+            for item in items:
+                if isinstance(item, dict) and field in item:
+                    item[field] = "corrupt"
+                    return
+
+
 def _typed_fault_params(params: dict[str, str]) -> dict[str, Any]:
     """Fault switches given as query parameters, converted to their field types."""
     converters: dict[str, Any] = {
         "path": str, "slow_seconds": float, "error_status": int, "error_count": int,
         "retry_after": int, "malformed": lambda v: v.lower() in ("1", "true", "yes"),
-        "stale": lambda v: v.lower() in ("1", "true", "yes"),
+        "stale": lambda v: v.lower() in ("1", "true", "yes"), "wrong_type": str,
     }
     return {name: converters[name](value) for name, value in params.items()}
 

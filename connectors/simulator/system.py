@@ -3,6 +3,10 @@
 Each tick some docked bikes are rented (they vanish from the feeds, as in real GBFS),
 riding bikes are returned to a station or parked free-floating, and now and then a bike
 breaks or a station stops renting. The same seed and tick count always give the same state.
+
+Besides the docked stations there is one virtual station (GBFS `is_virtual_station`: a
+marked zone without docks), so feeds carry a station without capacity and without
+num_docks_available. The simulated riders return bikes to docked stations only.
 """
 
 from __future__ import annotations
@@ -43,13 +47,17 @@ class Station:
     short_name: str
     lat: float
     lon: float
-    capacity: int
+    capacity: int | None  # None: a virtual station, without docks
     address: str
     region_id: str
     is_installed: bool = True
     is_renting: bool = True
     is_returning: bool = True
     last_reported: int = 0
+
+    @property
+    def is_virtual(self) -> bool:
+        return self.capacity is None
 
 
 @dataclass
@@ -120,11 +128,23 @@ class BikeSystem:
             else:
                 self._dock(vehicle, rng.choice(self.stations))
             self.vehicles.append(vehicle)
+        # added last, outside the random draws: the docked stations and the evolution are
+        # those of a system without it
+        self.stations.append(Station(
+            station_id=f"st-{self.station_count + 1:03d}",
+            names={"en": "Lakeside Park Zone", "fr": "Zone du Parc du Lac"},
+            short_name=f"{self.station_count + 1:03d}", lat=CENTER_LAT + 0.004,
+            lon=CENTER_LON - 0.006, capacity=None, address="Lakeside Park",
+            region_id="center", last_reported=self.start_time))
 
     def _docked(self, station: Station) -> list[Vehicle]:
         return [v for v in self.vehicles if v.station_id == station.station_id]
 
+    def _docked_stations(self) -> list[Station]:
+        return [s for s in self.stations if not s.is_virtual]
+
     def _dock(self, vehicle: Vehicle, station: Station) -> None:
+        assert station.capacity is not None
         if len(self._docked(station)) >= station.capacity:
             self._park_free(vehicle)
             return
@@ -155,7 +175,7 @@ class BikeSystem:
             if vehicle.riding:
                 if rng.random() < 0.5:
                     if rng.random() < 0.8:
-                        self._dock(vehicle, rng.choice(self.stations))
+                        self._dock(vehicle, rng.choice(self._docked_stations()))
                     else:
                         self._park_free(vehicle)
                     if vehicle.current_range_meters is not None:
@@ -174,20 +194,21 @@ class BikeSystem:
                 vehicle.last_reported = now
                 if vehicle.station_id:
                     touched.add(vehicle.station_id)
-        for station in self.stations:
+        for station in self._docked_stations():
             if rng.random() < 0.01:
                 station.is_renting = not station.is_renting
                 touched.add(station.station_id)
             if station.station_id in touched or rng.random() < 0.2:
                 station.last_reported = now
 
-    def station_counts(self, station: Station) -> dict[str, int]:
+    def station_counts(self, station: Station) -> dict[str, int | None]:
+        """Bikes and docks of a station; docks is None for a virtual station."""
         docked = self._docked(station)
         disabled = sum(1 for v in docked if v.is_disabled)
         return {
             "bikes": len(docked) - disabled,
             "bikes_disabled": disabled,
-            "docks": station.capacity - len(docked),
+            "docks": None if station.capacity is None else station.capacity - len(docked),
             "classic": sum(1 for v in docked
                            if not v.is_disabled and v.vehicle_type_id == "classic"),
             "ebike": sum(1 for v in docked if not v.is_disabled and v.vehicle_type_id == "ebike"),

@@ -43,7 +43,8 @@ def _window_of(column: str) -> str:
 
 def _availability_sql(statuses: str) -> str:
     """Windows of the statuses in view `statuses` (the statuses needed before a window
-    must be in it too)."""
+    must be in it too). Dock figures weigh only the time the dock count was known: a
+    virtual station (no docks, num_docks_available null) has null ones, not 0."""
     return f"""
 WITH s AS (
   SELECT system_id, station_id, last_updated AS t,
@@ -68,9 +69,9 @@ timed AS (
 SELECT system_id, station_id, window_start, window_start + {_W} AS window_end,
        to_date(window_start) AS window_date,
        sum(d * bikes) / sum(d) AS avg_bikes_available,
-       sum(d * docks) / sum(d) AS avg_docks_available,
+       sum(d * docks) / sum(IF(docks IS NULL, NULL, d)) AS avg_docks_available,
        sum(IF(bikes = 0, d, 0D)) / sum(d) AS share_time_empty,
-       sum(IF(docks = 0, d, 0D)) / sum(d) AS share_time_full,
+       sum(IF(docks = 0, d, 0D)) / sum(IF(docks IS NULL, NULL, d)) AS share_time_full,
        CAST(sum(is_update) AS BIGINT) AS status_updates,
        current_timestamp() AS updated_at
 FROM timed

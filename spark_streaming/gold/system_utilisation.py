@@ -34,12 +34,13 @@ def _hourly_sql(stations: str, station_days: str, vehicles: str, rentals: str) -
 WITH per_station AS (
   SELECT system_id, station_id, date_trunc('HOUR', last_updated) AS hour_start,
          avg(num_bikes_available) AS bikes, avg(num_docks_available) AS docks,
+         avg(IF(num_docks_available IS NULL, NULL, num_bikes_available)) AS docked_bikes,
          avg(num_bikes_disabled) AS disabled
   FROM {stations} GROUP BY system_id, station_id, date_trunc('HOUR', last_updated)
 ),
 station_hours AS (
   SELECT system_id, hour_start, count(*) AS stations_reporting, sum(bikes) AS bikes,
-         sum(docks) AS docks, sum(disabled) AS disabled
+         sum(docks) AS docks, sum(docked_bikes) AS docked_bikes, sum(disabled) AS disabled
   FROM per_station GROUP BY system_id, hour_start
 ),
 vehicle_hours AS (
@@ -66,8 +67,8 @@ SELECT h.system_id, h.hour_start,
        coalesce(sh.stations_reporting, 0) AS stations_reporting,
        coalesce(sh.bikes, 0D) AS bikes_available, coalesce(sh.docks, 0D) AS docks_available,
        sh.disabled AS bikes_disabled,
-       CASE WHEN sh.bikes + sh.docks > 0 THEN sh.bikes / (sh.bikes + sh.docks) END
-         AS dock_occupancy,
+       CASE WHEN sh.docked_bikes + sh.docks > 0
+            THEN sh.docked_bikes / (sh.docked_bikes + sh.docks) END AS dock_occupancy,
        vh.vehicles AS vehicles_available,
        coalesce(rh.started, 0) AS rentals_started,
        current_timestamp() AS updated_at

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from lakehouse.definitions import TableDefinition
-from spark_streaming.silver.field_types import convert
+from spark_streaming.silver.field_types import typed_field
 from spark_streaming.silver.spec import PipelineSpec
 
 RAW = {"_b_key": "key", "_b_value": "value", "_b_topic": "topic",
@@ -22,10 +22,6 @@ RAW = {"_b_key": "key", "_b_value": "value", "_b_topic": "topic",
 ENVELOPE = StructType([StructField(n, StringType()) for n in
                        ("before", "after", "source", "op", "ts_ms")])
 SOURCE = StructType([StructField(n, StringType()) for n in ("lsn", "ts_ms", "schema", "table")])
-
-
-def _text_struct(fields: list[str]) -> StructType:
-    return StructType([StructField(name, StringType()) for name in fields])
 
 
 def _messages(frame: DataFrame, spec: PipelineSpec) -> DataFrame:
@@ -72,16 +68,27 @@ def _messages(frame: DataFrame, spec: PipelineSpec) -> DataFrame:
         op.alias("_op"), source["lsn"].alias("_lsn"), source["ts_ms"].alias("_source_ts_ms"))
 
 
-def _strict_utf8(messages: DataFrame) -> DataFrame:
-    """A value whose bytes are not UTF-8 is a parse error. Spark decodes them leniently (a
-    bad byte becomes U+FFFD), so without this check the record would be stored with a
-    silently altered string; quarantine keeps the original bytes."""
+def _strict_utf8(messages: DataFrame, max_record_bytes: int) -> DataFrame:
+    """A value over the spec's `max_record_bytes`, or whose bytes are not UTF-8, is a parse
+    error. Spark decodes leniently (a bad byte becomes U+FFFD), so without this check the
+    record would be stored with a silently altered string; quarantine keeps the original
+    bytes. An oversized record's image is dropped, so it is never parsed field by field."""
     value = F.col("_b_value")
+    size = F.octet_length(value)
+    too_big = F.coalesce(size > max_record_bytes, F.lit(False))
     bad = value.isNotNull() & ~F.is_valid_utf8(value.cast("string"))
-    return messages.withColumn(
-        "_parse_error",
-        F.when(bad, F.lit("invalid utf-8 in the record value (quarantined with its raw bytes)"))
-        .otherwise(F.col("_parse_error")))
+    return messages.withColumns({
+        "_parse_error": F.when(too_big, F.concat(
+            F.lit("value: "), size.cast("string"),
+            F.lit(f" bytes, more than the table's maximum of {max_record_bytes}")))
+        .when(bad, F.lit("invalid utf-8 in the record value (quarantined with its raw bytes)"))
+        .otherwise(F.col("_parse_error")),
+        "_image": F.when(~too_big, F.col("_image"))})
+
+
+def _duplicate_keys(keys: Column) -> Column:
+    """The names given more than once in a JSON object (ambiguous: which one is meant?)."""
+    return F.array_distinct(F.filter(keys, lambda k: F.size(F.filter(keys, lambda j: j == k)) > 1))
 
 
 def _csv_lines(frame: DataFrame, spec: PipelineSpec, text: Column) -> DataFrame:
@@ -116,20 +123,38 @@ def _mode_columns(spec: PipelineSpec, typed: dict[str, Column]) -> dict[str, Col
     return {}
 
 
+def _path(name: str) -> str:
+    """The variant path of a top-level field (bracket form: any name but a quote works)."""
+    if "'" in name:
+        raise ValueError(f"field name {name!r} contains a quote")
+    return f"$['{name}']"
+
+
 def parse(bronze: DataFrame, spec: PipelineSpec, table: TableDefinition) -> DataFrame:
     """Annotated rows (see the module docstring) for one bronze micro-batch."""
     raw = bronze.select(*[F.col(source).alias(name) for name, source in RAW.items()])
-    messages = _strict_utf8(_messages(raw, spec))
+    messages = _strict_utf8(_messages(raw, spec), spec.max_record_bytes)
     fields = list(spec.fields)
-    values = F.from_json(F.col("_image"), _text_struct(fields))
+    variant = F.try_parse_json(F.col("_image"))
     keys = F.json_object_keys(F.col("_image"))
-    staged = messages.select("*", values.alias("_raw"), keys.alias("_keys_found"))
+    duplicates = _duplicate_keys(keys)
+    # parse_json refuses what json_object_keys accepted: repeated names (or a value beyond
+    # the VARIANT size limit)
+    unreadable = (F.col("_parse_error").isNull() & F.col("_image").isNotNull()
+                  & variant.isNull())
+    staged = messages.select(
+        *[c for c in messages.columns if c != "_parse_error"],
+        F.when(unreadable & (F.size(duplicates) > 0),
+               F.concat(F.array_join(duplicates, ", "), F.lit(": field given more than once")))
+        .when(unreadable, F.lit("value: not readable as a JSON object"))
+        .otherwise(F.col("_parse_error")).alias("_parse_error"),
+        variant.alias("_variant"), keys.alias("_keys_found"))
 
-    typed = {name: convert(F.col(f"_raw.{name}"), kind) for name, kind in spec.fields.items()}
-    problems = [F.when(F.col(f"_raw.{name}").isNotNull() & typed[name].isNull(),
-                       F.concat(F.lit(f"field {name}: "), F.col(f"_raw.{name}"),
-                                F.lit(f" is not {kind}")))
-                for name, kind in spec.fields.items()]
+    checked = {name: typed_field(F.try_variant_get(F.col("_variant"), _path(name), "variant"),
+                                 name, kind, spec.max_field_bytes, spec.format == "csv")
+               for name, kind in spec.fields.items()}
+    typed = {name: value for name, (value, _) in checked.items()}
+    problems = [problem for _, problem in checked.values()]
     if spec.unknown_fields == "quarantine":
         unknown = F.array_except(F.col("_keys_found"), F.array(*map(F.lit, fields)))
         problems.append(F.when(F.size(unknown) > 0,

@@ -25,6 +25,14 @@ EXPECTATIONS_DIR = Path(__file__).resolve().parents[2] / "expectations"
 FIELD_TYPES = ("string", "int", "long", "double", "boolean", "epoch_seconds", "timestamp",
                "debezium_timestamp")
 _INTERVAL = re.compile(r"^\d+ (second|minute|hour|day)s?$")
+# Size limits of the input (UTF-8 bytes), overridable per spec. A string field: the longest
+# legitimate values of the contracts are names and addresses, well under 200 bytes; 4 KiB
+# leaves room for any real one while a runaway value (a 5 MB "name") goes to quarantine
+# instead of into Parquet pages, dictionaries and every downstream copy. A whole record:
+# 1 MiB, Kafka's default maximum message size. VARIANT values are limited to 16 MiB.
+MAX_FIELD_BYTES = 4096
+MAX_RECORD_BYTES = 1024 * 1024
+_SIZE_CEILING = 16 * 1024 * 1024
 
 # Columns every pipeline fills from the bronze record, and those each mode computes.
 COORDINATE_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset", "ingested_at")
@@ -57,6 +65,10 @@ class PipelineSpec(BaseModel):
     # Message fields outside `fields`: quarantine the record (stage schema) or ignore them.
     unknown_fields: Literal["quarantine", "ignore"] = "quarantine"
     fields: dict[str, str] = Field(min_length=1)
+    # Longest string value of a field, and longest record value, in UTF-8 bytes; beyond:
+    # quarantine naming the field (or `value`), the size and the maximum.
+    max_field_bytes: int = Field(default=MAX_FIELD_BYTES, ge=1, le=_SIZE_CEILING)
+    max_record_bytes: int = Field(default=MAX_RECORD_BYTES, ge=1, le=_SIZE_CEILING)
     # silver column -> Spark SQL expression over the typed fields (default: same-named field)
     columns: dict[str, str] = Field(default_factory=dict)
     # the key of one entity (scd2, cdc_merge); dedupe_append uses the table's unique_key
@@ -91,7 +103,12 @@ def _check(spec: PipelineSpec, definitions: dict[str, TableDefinition]) -> list[
     if not table.source or len(table.source.tables) != 1:
         problems.append(f"table: {spec.table}'s definition must name exactly one bronze "
                         "table in source.tables")
+    if spec.max_field_bytes > spec.max_record_bytes:
+        problems.append(f"max_field_bytes: {spec.max_field_bytes} is more than "
+                        f"max_record_bytes ({spec.max_record_bytes})")
     for name, kind in spec.fields.items():
+        if "'" in name:
+            problems.append(f"fields.{name}: a field name cannot contain a quote")
         if kind not in FIELD_TYPES:
             problems.append(f"fields.{name}: unknown type {kind!r} (known: "
                             f"{', '.join(FIELD_TYPES)})")
