@@ -191,6 +191,7 @@ def _rows(table: object) -> list[tuple]:
     return list(zip(*data.values(), strict=True))
 
 
+@pytest.mark.timeout(1800)  # six faults, a restarted ingest, a catch-up and a gold rebuild
 def test_every_fault_is_ridden_out_exactly_once(stack: Stack, settings: Settings,
                                                  tmp_path: Path) -> None:
     run = uuid.uuid4().hex[:10]
