@@ -234,17 +234,17 @@ def run_forever(spark: SparkSession, settings: Settings, options: IngestOptions,
     guarded("silver", lambda: run_silver(spark, settings, available_now=False, stop=stop,
                                          report=report))
     guarded("gold", lambda: _gold_until(spark, settings, options, report, stop))
-    while not stop.is_set():
+    driver_code = None
+    while not stop.is_set() and driver_code is None:
         stop.wait(1)
-        code = driver_ended(spark)
-        if code is not None:  # the threads' own errors only echo this one
-            errors[:] = [f"the Spark driver JVM ended (exit code {code}); start `lakehouse "
-                         "ingest` again: every query resumes from its checkpoint"]
-            stop.set()
-            raise IngestError(errors[0])
+        driver_code = driver_ended(spark)
+    stop.set()
     for thread in threads:
         thread.join(timeout=60)
-    scraper.close()
+    scraper.close()  # flushes what the scrapers still queue
+    if driver_code is not None:  # the threads' own errors only echo this one
+        raise IngestError(f"the Spark driver JVM ended (exit code {driver_code}); start "
+                          "`lakehouse ingest` again: every query resumes from its checkpoint")
     if errors:
         raise IngestError("; ".join(errors))
 
@@ -272,12 +272,14 @@ def _gold_until(spark: SparkSession, settings: Settings, options: IngestOptions,
 
 
 def _scraper_reporter(report: Report) -> Callable[[SourceProgress], None]:
-    """A line per scrape, and one when a source starts failing and when it is back."""
+    """A line per scrape, and one when a source starts failing (produced nothing, with
+    errors; dead-lettered records of a produced snapshot are not a failure) and when it is
+    back."""
     failing: set[str] = set()
 
     def on_report(entry: SourceProgress) -> None:
         name, last = entry.source.name, entry.last
-        if last is not None and last.failed:
+        if last is not None and last.failed and not last.produced:
             if name not in failing:
                 failing.add(name)
                 report(f"scrapers: {name} failed: {last.errors[0]}; tried again every "
@@ -301,12 +303,21 @@ def _watch_until(settings: Settings, options: IngestOptions, report: Report,
     checks: list[Callable[[], None]] = []
     if settings.embedded.enabled:
         checks.append(StackWatch(settings, report).check)
+    connector_watch = None
     if "connectors" not in options.skip:
         names = [c.name for c in load_connector_dir(CONNECTORS_DIR, settings)]
-        checks.append(ConnectorWatch(settings, names, report).check)
-    while not stop.wait(settings.ingest.watch_interval_seconds):
-        for check in checks:
-            check()
+        connector_watch = ConnectorWatch(settings, names, report)
+        checks.append(connector_watch.check)
+    try:
+        while not stop.wait(settings.ingest.watch_interval_seconds):
+            for check in checks:
+                try:
+                    check()
+                except Exception:  # a server still settling: asked again at the next check
+                    logging.getLogger(__name__).info("watch: check failed", exc_info=True)
+    finally:
+        if connector_watch is not None:
+            connector_watch.close()
 
 
 def _traffic_until(settings: Settings, report: Report, stop: threading.Event) -> None:

@@ -93,7 +93,8 @@ class RestartingQuery:
                  permanent: Callable[[str], str | None] = lambda _: None) -> None:
         self.table, self.start, self.permanent = table, start, permanent
         self.clock = RetryClock(f"{layer}: {table}", report, timeout)
-        self.query: StreamingQuery | None = start()
+        # started by the first check(), so a server away at start-up is waited for too
+        self.query: StreamingQuery | None = None
 
     def check(self) -> None:
         """Restart the query if it stopped and its pause is over; raise when it cannot be

@@ -100,8 +100,7 @@ def _accumulator_errors_to_log(session: SparkSession) -> None:
 def driver_ended(session: SparkSession) -> int | None:
     """The exit code of the session's driver JVM if it ended (killed, out of memory),
     else None. A local session's JVM is this process's child, started by pyspark."""
-    gateway = SparkContext._gateway
-    proc = getattr(gateway, "proc", None)
+    proc = getattr(session.sparkContext._gateway, "proc", None)
     return None if proc is None else proc.poll()
 
 

@@ -84,7 +84,7 @@ def writing(settings: Settings, tables: Iterable[str], purpose: str) -> Iterator
 def running_alone(settings: Settings, service: str) -> Iterator[None]:
     """Refuse a second `service` (e.g. `lakehouse ingest`) on the same state folder while
     the block runs, naming the process that holds it."""
-    path = settings.state_path / "locks" / f"{service.replace(' ', '-')}.lock"
+    path = _lock_file(settings, service.replace(" ", "-"))
     _acquire(path, service, lambda holder: (
         f"`{service}` already runs on {settings.state_path} ({holder.replace(f' ({service})', '')}"
         f"); stop it first (Ctrl-C in its terminal, or kill -TERM its pid)"))

@@ -482,6 +482,7 @@ def test_json_types_are_checked_not_coerced(spark: SparkSession, lake: Settings)
         ("twice", '{"station_id": "s7", "station_id": "s8"}'),
         ("whole", _status("s9", bikes=7.0)),
         ("nulls", _status("s10", num_bikes_disabled=None, is_installed=None)),
+        ("micros-epoch", _status("s11", last_updated=1_700_000_000_000_000)),
     ])
     run_silver(spark, lake, [table], report=lambda _: None)
 
@@ -499,6 +500,10 @@ def test_json_types_are_checked_not_coerced(spark: SparkSession, lake: Settings)
         "text-flag": ("schema", "is_renting: expected boolean, got string"),
         "object": ("schema", "system_id: expected string, got object"),
         "twice": ("parse", "station_id: field given more than once"),
+        # microseconds where seconds belong: no timestamp holds it (Spark's conversion
+        # would overflow and fail the whole batch, again on every retry)
+        "micros-epoch": ("schema", "last_updated: 1700000000000000 does not fit "
+                                   "epoch_seconds"),
     }
 
     info = Bronze(spark, lake, "silver_station_information", "bikes.station_information")

@@ -42,14 +42,32 @@ ACCEPTS: dict[str, tuple[str, ...]] = {
 _SHOWN_CHARACTERS = 80  # of a value quoted in a reason
 
 
+# Epoch values a timestamp can hold (years 1-9999): beyond, Spark's conversion overflows
+# and fails the batch; a value outside is a problem of its record instead.
+_EPOCH_SECONDS = (-62_135_596_800, 253_402_300_799)
+
+
+def _bounded(value: Column, unit: int) -> Column:
+    low, high = _EPOCH_SECONDS
+    return F.when(value.between(low * unit, high * unit), value)
+
+
+def _seconds(value: Column) -> Column:
+    return F.timestamp_seconds(_bounded(value, 1))
+
+
+def _micros(value: Column) -> Column:
+    return F.timestamp_micros(_bounded(value, 1_000_000))
+
+
 def _epoch_seconds(raw: Column) -> Column:
     """Epoch seconds (an integer, as the message contract says) -> timestamp."""
-    return F.timestamp_seconds(raw.try_cast("long"))
+    return _seconds(raw.try_cast("long"))
 
 
 def _debezium_timestamp(raw: Column) -> Column:
     """Debezium ZonedTimestamp text (timestamptz) or MicroTimestamp (epoch microseconds)."""
-    return (F.when(raw.rlike(r"^-?[0-9]+$"), F.timestamp_micros(raw.try_cast("long")))
+    return (F.when(raw.rlike(r"^-?[0-9]+$"), _micros(raw.try_cast("long")))
             .otherwise(F.try_to_timestamp(raw)))
 
 
@@ -91,10 +109,10 @@ def _from_variant(value: Column, got: Column, field_type: str) -> Column:
     if field_type in ("int", "long", "double", "boolean", "string"):
         return _get(value, field_type)
     if field_type == "epoch_seconds":
-        return F.timestamp_seconds(_get(value, "long"))
+        return _seconds(_get(value, "long"))
     if field_type == "timestamp":
         return F.try_to_timestamp(_get(value, "string"))
-    return F.when(got == "integer", F.timestamp_micros(_get(value, "long"))).otherwise(
+    return F.when(got == "integer", _micros(_get(value, "long"))).otherwise(
         _debezium_timestamp(_get(value, "string")))
 
 
