@@ -239,6 +239,13 @@ def run_forever(spark: SparkSession, settings: Settings, options: IngestOptions,
         stop.wait(1)
         driver_code = driver_ended(spark)
     stop.set()
+    for thread in threads:  # bronze and silver end their current micro-batch first
+        if thread.name != "gold":
+            thread.join(timeout=60)
+    if driver_code is None:
+        # A gold round still running is cancelled, not waited for: it commits whole or not
+        # at all, and the next ingest's first round computes what it had not.
+        spark.sparkContext.cancelAllJobs()
     for thread in threads:
         thread.join(timeout=60)
     scraper.close()  # flushes what the scrapers still queue
@@ -261,8 +268,8 @@ def _gold_until(spark: SparkSession, settings: Settings, options: IngestOptions,
         try:
             written = run_gold(spark, settings, report=logging.getLogger("lakehouse.gold").info)
         except Exception as exc:  # any cause: the retry clock judges how long it lasts
-            if driver_ended(spark) is not None:
-                return  # the service reports that itself
+            if stop.is_set() or driver_ended(spark) is not None:
+                return  # stopping (its jobs cancelled), or the service reports the driver
             clock.failed(first_line(exc))
             continue
         clock.recovered()

@@ -176,4 +176,6 @@ def test_ctrl_c_stops_a_running_ingest_cleanly(stack: Stack, tmp_path: Path) -> 
     text = "".join(output)
     assert process.returncode == 0, text[-4000:]
     assert "ingest stopped cleanly" in text
+    # the last word: no layer reports a failure or a retry while the service winds down
+    assert text.rstrip().splitlines()[-1].endswith("ingest stopped cleanly"), text[-4000:]
     assert "Traceback" not in text and "Exception" not in text, text[-4000:]
