@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from connectors.scrapers import gbfs, weather
 from connectors.scrapers.fetcher import Fetcher, FetchError, FetchResult
@@ -171,9 +171,11 @@ class SourceRunner:
                 continue
             self._gbfs_feed(report, feed, url, found)
 
-    def _gbfs_feed(self, report: RunReport, feed: str, url: str,
-                   found: gbfs.Discovery) -> None:
-        result = self._fetch(report, url)
+    def _gbfs_feed(self, report: RunReport, feed: str, url: str, found: gbfs.Discovery,
+                   at: int | None = None, mark: str | None = None) -> None:
+        """One feed's snapshot (with `at`: the snapshot at that past instant, `?at=`),
+        produced unless state mark `mark` (default: the feed's name) has it already."""
+        result = self._fetch(report, url, None if at is None else {"at": str(at)})
         if result is None:
             return
         if result.not_modified:
@@ -187,12 +189,16 @@ class SourceRunner:
             self.fetcher.forget(result)
             self._dead_letter(report, feed, result, result.body, str(exc))
             return
-        if self.source.spec.respect_ttl:
+        if at is not None and env.last_updated != at:
+            report.errors.append(f"{feed}: {url} ignores ?at={at} (it serves no history)")
+            return
+        if self.source.spec.respect_ttl and at is None:
             self._feed_expires[feed] = report.started_at + env.ttl
         age = self.clock() - env.last_updated
         if age > self.source.spec.stale_after_seconds:
             report.notes.append(f"{feed}: stale, last_updated {int(age)} s ago")
-        previous = self.state.get(feed)
+        mark = mark or feed
+        previous = self.state.get(mark)
         if previous is not None and env.last_updated <= previous:
             report.notes.append(f"{feed}: last_updated unchanged, nothing produced")
             return
@@ -206,14 +212,41 @@ class SourceRunner:
                 body = json.dumps(item, ensure_ascii=False).encode()
                 self._dead_letter(report, feed, result, body,
                                   f"record data.{list_name}[{index}]: {exc}")
-        self._produce(report, feed, result, records, feed, env.last_updated)
+        self._produce(report, feed, result, records, mark, env.last_updated)
+
+    def backfill_station_status(self, at: int, mark: str) -> RunReport:
+        """The station_status snapshot at past instant `at` (a history the feed serves as
+        `station_status.json?at=<epoch>`, as the simulator does), deduplicated on `mark`."""
+        report = RunReport(self.source.name, self.clock())
+        found = self._discover(report)
+        url = found.urls.get("station_status") if found else None
+        if found is not None and url is None:
+            report.errors.append("station_status: not offered by this system")
+        elif found is not None and url is not None:
+            self._gbfs_feed(report, "station_status", url, found, at, mark)
+        return report
 
     # --- weather ------------------------------------------------------------------------
     def _run_weather(self, report: RunReport) -> None:
         spec = self.source.spec
         assert spec.location is not None  # validated for open_meteo sources
-        result = self._fetch(report, spec.url,
-                             weather.request_params(spec.location, spec.past_days))
+        self._weather(report, spec.url, weather.request_params(spec.location, spec.past_days),
+                      f"weather:{spec.location.id}")
+
+    def backfill_weather(self, day: date, mark: str) -> RunReport:
+        """The hours of `day` from the source's `archive_url` (Open-Meteo's historical
+        weather), deduplicated on `mark`."""
+        report = RunReport(self.source.name, self.clock())
+        spec = self.source.spec
+        assert spec.location is not None and spec.archive_url is not None
+        self._weather(report, spec.archive_url, weather.archive_params(spec.location, day),
+                      mark)
+        return report
+
+    def _weather(self, report: RunReport, url: str, params: dict[str, str], mark: str) -> None:
+        spec = self.source.spec
+        assert spec.location is not None
+        result = self._fetch(report, url, params)
         if result is None:
             return
         if result.not_modified:
@@ -226,7 +259,6 @@ class SourceRunner:
             self.fetcher.forget(result)
             self._dead_letter(report, "weather", result, result.body, str(exc))
             return
-        mark = f"weather:{spec.location.id}"
         previous = self.state.get(mark)
         new = [r for r in records if previous is None or r.last_updated > previous]
         if not new:
