@@ -70,9 +70,16 @@ def trips_drop_file(settings: Settings) -> Path:
     raise BackfillError(f"no connector file in {CONNECTORS_DIR} reads a file into {topic}")
 
 
-def _place(settings: Settings, weather: list[Source]) -> Place:
-    """Where the trips happen: the first weather source's location (its weather moves the
-    demand) and the rentals database's stations and bikes."""
+def archived_weather(settings: Settings) -> list[Source]:
+    """The enabled Open-Meteo sources with an archive_url: the weather backfilled."""
+    return [s for s in load_sources(settings)
+            if s.spec.type == "open_meteo" and s.spec.archive_url]
+
+
+def history_place(settings: Settings) -> Place:
+    """Where the trips happen: the first archived weather source's location (its weather
+    moves the demand) and the rentals database's stations and bikes."""
+    weather = archived_weather(settings)
     if not weather:
         raise BackfillError("no enabled open_meteo source with an archive_url in "
                             f"{settings.scraper.sources_dir}: the trips follow its weather")
@@ -92,10 +99,9 @@ class Backfill:
     """One backfill run: the scrapers' fetcher and producers, the marks of what is done."""
 
     def __init__(self, settings: Settings) -> None:
-        sources = load_sources(settings)
-        self.weather = [s for s in sources if s.spec.type == "open_meteo" and s.spec.archive_url]
-        self.gbfs = [s for s in sources if s.spec.type == "gbfs"]
-        self.place = _place(settings, self.weather)
+        self.weather = archived_weather(settings)
+        self.gbfs = [s for s in load_sources(settings) if s.spec.type == "gbfs"]
+        self.place = history_place(settings)
         self.drop = trips_drop_file(settings)
         self.state = SourceState(settings.scraper_state_path, STATE_NAME)
         self.scraper = Scraper(settings, self.weather + self.gbfs, state=self.state)

@@ -92,11 +92,12 @@ class SourceRunner:
         log.error("%s/%s: %s (url %s)", self.source.name, feed, error, result.url)
 
     def _produce(self, report: RunReport, feed: str, result: FetchResult,
-                 records: list[Record], mark: str, mark_value: int) -> None:
+                 records: list[Record], mark: str, mark_value: int,
+                 backfill: bool = False) -> None:
         target = self.source.targets[feed]
         fetched_at = utc_now_iso()
-        messages = [to_kafka(r, target.topic, target.key, self.source.name, fetched_at)
-                    for r in records]
+        messages = [to_kafka(r, target.topic, target.key, self.source.name, fetched_at,
+                             backfill) for r in records]
         delivery = self.producer.send(messages)
         if not delivery.ok:
             # Not acknowledged: forget the validators so the next pass fetches it in full.
@@ -212,7 +213,7 @@ class SourceRunner:
                 body = json.dumps(item, ensure_ascii=False).encode()
                 self._dead_letter(report, feed, result, body,
                                   f"record data.{list_name}[{index}]: {exc}")
-        self._produce(report, feed, result, records, mark, env.last_updated)
+        self._produce(report, feed, result, records, mark, env.last_updated, at is not None)
 
     def backfill_station_status(self, at: int, mark: str) -> RunReport:
         """The station_status snapshot at past instant `at` (a history the feed serves as
@@ -231,7 +232,7 @@ class SourceRunner:
         spec = self.source.spec
         assert spec.location is not None  # validated for open_meteo sources
         self._weather(report, spec.url, weather.request_params(spec.location, spec.past_days),
-                      f"weather:{spec.location.id}")
+                      f"weather:{spec.location.id}", backfill=False)
 
     def backfill_weather(self, day: date, mark: str) -> RunReport:
         """The hours of `day` from the source's `archive_url` (Open-Meteo's historical
@@ -240,10 +241,11 @@ class SourceRunner:
         spec = self.source.spec
         assert spec.location is not None and spec.archive_url is not None
         self._weather(report, spec.archive_url, weather.archive_params(spec.location, day),
-                      mark)
+                      mark, backfill=True)
         return report
 
-    def _weather(self, report: RunReport, url: str, params: dict[str, str], mark: str) -> None:
+    def _weather(self, report: RunReport, url: str, params: dict[str, str], mark: str,
+                 backfill: bool) -> None:
         spec = self.source.spec
         assert spec.location is not None
         result = self._fetch(report, url, params)
@@ -264,4 +266,5 @@ class SourceRunner:
         if not new:
             report.notes.append("weather: no new hour")
             return
-        self._produce(report, "weather", result, new, mark, max(r.last_updated for r in new))
+        self._produce(report, "weather", result, new, mark, max(r.last_updated for r in new),
+                      backfill)
