@@ -90,8 +90,7 @@ def replay(ctx: click.Context) -> None:
     with writing(settings, tables, "lakehouse replay"):
         spark = build_spark_session(settings, app_name="lakehouse-replay")
         try:
-            for spec in specs:
-                rebuild_silver(spark, settings, spec.table, say, specs=specs)
+            rebuild_silver(spark, settings, [s.table for s in specs], say, specs=specs)
             written = run_gold(spark, settings, report=say)
         finally:
             spark.stop()
