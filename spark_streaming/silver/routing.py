@@ -57,7 +57,8 @@ def route(parsed: DataFrame, spec: PipelineSpec, table: TableDefinition,
     if late:
         # history fed in by `lakehouse backfill` (header BACKFILL_HEADER) is old on purpose
         bound = F.col("_b_kafka_timestamp") - F.expr(f"INTERVAL {spec.late_after}")
-        history = F.exists("_b_headers", lambda h: h["key"] == BACKFILL_HEADER)
+        history = F.coalesce(F.exists("_b_headers", lambda h: h["key"] == BACKFILL_HEADER),
+                             F.lit(False))
         flags.append((_checkable() & (F.col(spec.event_time) < bound) & ~history)
                      .alias("_late"))
     flagged = parsed.select("*", *flags)
