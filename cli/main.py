@@ -16,6 +16,7 @@ from cli.connectors_commands import connectors
 from cli.context import settings_of
 from cli.exit_codes import BAD_INPUT, FAILED, INTERRUPTED, REFUSED, document_exit_codes
 from cli.gold_commands import gold
+from cli.history_commands import backfill, replay
 from cli.kafka_commands import kafka
 from cli.notebooks_commands import notebooks
 from cli.quality_commands import quality
@@ -270,6 +271,8 @@ cli.add_command(status)
 cli.add_command(maintain)
 cli.add_command(silver)
 cli.add_command(gold)
+cli.add_command(backfill)
+cli.add_command(replay)
 cli.add_command(quality)
 cli.add_command(transform)
 cli.add_command(docs)

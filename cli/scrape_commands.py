@@ -157,6 +157,8 @@ def simulator(ctx: click.Context, port: int | None, seed: int | None, tick_inter
                   f"  GBFS 2.3: {sim.url}/gbfs/2.3/gbfs.json\n"
                   f"  weather:  {sim.url}/v1/forecast?latitude=46.2&longitude=6.14"
                   f"&hourly=temperature_2m\n"
+                  f"  history:  {sim.url}/v1/archive?...&start_date=..&end_date=.., "
+                  f"{sim.url}/gbfs/3.0/station_status.json?at=<epoch>\n"
                   f"  control:  {sim.url}/control/status (POST /control/faults, /control/tick)")
     began = time.monotonic()
     with _stop_on_signals() as stop:

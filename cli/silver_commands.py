@@ -73,9 +73,8 @@ def _run(spark: SparkSession, settings: Settings, specs: list[PipelineSpec], con
     try:
         with stop_on_signals() as stop:
             if rebuild:
-                totals = {}
-                for spec in specs:
-                    totals.update(rebuild_silver(spark, settings, spec.table, say))
+                totals = rebuild_silver(spark, settings, [s.table for s in specs], say,
+                                        specs=specs)
             else:
                 totals = run_silver(spark, settings, [s.table for s in specs],
                                     available_now=not continuous, stop=stop, report=say,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from connectors.backfill import past_days
 from connectors.simulator.server import FeedSimulator
 from connectors.simulator.system import BikeSystem
 from infra.ports import port_is_free
@@ -29,6 +31,7 @@ from infra.stack import Stack
 from lakehouse.catalog import registered_tables
 from lakehouse.storage import storage_options, table_uri
 from settings import Settings, load_settings
+from spark_streaming.bronze import log_ends
 from spark_streaming.session import build_spark_session
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -121,6 +124,33 @@ def read_catalog_table(settings: Settings, name: str) -> pa.Table:
     return read_delta(settings, name, uri=catalog_location(settings, name))
 
 
+BACKFILL_DAYS = 3
+BACKFILLED_TOPICS = ("trips_csv", "weather", "station_status")
+
+
+@dataclass(frozen=True)
+class Backfilled:
+    """`lakehouse backfill --days BACKFILL_DAYS` before the shared ingest."""
+
+    env: dict[str, str]  # the ingest's, with a scraper state folder of its own (fresh marks)
+    days: list  # the dates backfilled
+    totals: dict[str, object]  # what it reported adding (`backfill done: {...}`)
+    before: dict[str, dict[int, int]]  # topic (unprefixed) -> partition ends before it
+    after: dict[str, dict[int, int]]  # and right after it (trips: not yet read by Connect)
+
+
+def backfill(settings: Settings, env: dict[str, str]) -> tuple[Backfilled, str]:
+    """Run the backfill (the caller serves the feeds); the partition ends around it."""
+    def ends() -> dict[str, dict[int, int]]:
+        return {t: log_ends(settings, settings.kafka.topic(t)) for t in BACKFILLED_TOPICS}
+    before = ends()
+    result = run_cli("backfill", "--days", str(BACKFILL_DAYS), env=env, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    totals = json.loads(re.search(r"backfill done: (\{.*\})", output).group(1))
+    return Backfilled(env, past_days(BACKFILL_DAYS), totals, before, ends()), output
+
+
 @dataclass(frozen=True)
 class IngestedLakehouse:
     """One caught-up ingest of the reference data under its own tables prefix."""
@@ -131,6 +161,7 @@ class IngestedLakehouse:
     output: str
     trips: dict[str, str]  # trip_id -> CSV line of the trips this session dropped
     bad_trip_line: str  # a line with too few fields, dropped with them
+    backfilled: Backfilled  # the history fed in before the ingest
 
 
 def drop_trips(settings: Settings, session: str) -> tuple[dict[str, str], str]:
@@ -151,8 +182,9 @@ def drop_trips(settings: Settings, session: str) -> tuple[dict[str, str], str]:
 @pytest.fixture(scope="session")
 def ingested_lakehouse(stack: Stack, settings: Settings,
                        tmp_path_factory: pytest.TempPathFactory) -> IngestedLakehouse:
-    """`lakehouse ingest --until-caught-up` once per test session (shared by the ingest,
-    transform, docs and notebook tests; only the transform adds tables, the marts)."""
+    """`lakehouse backfill` of a few days, then `lakehouse ingest --until-caught-up`, once
+    per test session (shared by the backfill, ingest, transform, docs and notebook tests;
+    only the transform adds tables, the marts)."""
     run = uuid.uuid4().hex[:10]
     prefix = f"test-ingest/{run}"
     checkpoints = str(tmp_path_factory.mktemp("ingest") / "checkpoints")
@@ -167,16 +199,20 @@ def ingested_lakehouse(stack: Stack, settings: Settings,
             update={"tables_prefix": prefix, "checkpoint_dir": checkpoints}),
         "postgres": settings.postgres.model_copy(update={"metastore_database": metastore})})
     # The service uses a simulator already serving its port; this one stands still, so the
-    # tests know exactly which snapshot was served.
-    trips, bad_trip = drop_trips(settings, uuid.uuid4().hex[:8])
+    # tests know exactly which snapshot was served. The backfill's marks start empty every
+    # session (a folder of its own), so it adds its days to the topics each time.
+    backfill_env = {**env, "LAKEHOUSE_SCRAPER__STATE_DIR": str(
+        tmp_path_factory.mktemp("backfill") / "scrapers")}
     with FeedSimulator(port=settings.simulator.port, host=settings.simulator.host,
                        seed=settings.simulator.seed) as simulator:
+        backfilled, _ = backfill(settings, backfill_env)
+        trips, bad_trip = drop_trips(settings, uuid.uuid4().hex[:8])
         result = run_cli("ingest", "--until-caught-up", env=env, timeout=1500)
         system = simulator.system
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
     return IngestedLakehouse(settings=scoped, env=env, system=system, output=output,
-                             trips=trips, bad_trip_line=bad_trip)
+                             trips=trips, bad_trip_line=bad_trip, backfilled=backfilled)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ def test_every_help_ends_with_the_exit_codes(path: tuple[str, ...]) -> None:
 
 FAMILIES = [("status",), ("tables", "diff"), ("topics", "diff"), ("connectors", "diff"),
             ("kafka", "topics"), ("ingest", "--until-caught-up"), ("silver",), ("gold",),
-            ("transform",), ("scrape", "--once"), ("notebooks",), ("up",), ("quality",)]
+            ("transform",), ("scrape", "--once"), ("notebooks",), ("up",), ("quality",),
+            ("backfill",), ("replay",)]
 
 
 @pytest.mark.parametrize("args", FAMILIES, ids=" ".join)

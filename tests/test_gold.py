@@ -87,7 +87,7 @@ def _empty_lake(settings: Settings, spark: SparkSession) -> Lake:
     root = scoped.tables_uri
     storage = storage_options(scoped, root)
     names = ["silver_station_status", "silver_vehicle_status", "silver_rentals",
-             "silver_weather_hourly", *GOLD]
+             "silver_trips", "silver_weather_hourly", *GOLD]
     for definition in load_definitions(tables=names):
         apply_plan(spark, plan_table(definition, root, storage), storage, lambda _m: None)
     return Lake(scoped, root, storage, spark)

@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from connectors.simulator import FeedSimulator
+from connectors.simulator.gbfs_documents import rfc3339
 from infra.ports import port_is_free, wait_until
 from tests.conftest import PROJECT_DIR, TEST_PROFILE
 
@@ -139,6 +140,34 @@ def test_open_meteo_hourly_weather(sim: FeedSimulator) -> None:
     bad = _get(sim, "/v1/forecast?longitude=6&hourly=temperature_2m")
     assert bad.status_code == 400 and "latitude" in bad.json()["reason"]
     assert _get(sim, "/v1/forecast?latitude=1&longitude=2&hourly=snow").status_code == 400
+
+
+def test_history_archive_weather_and_station_status_at_an_instant(sim: FeedSimulator) -> None:
+    """Open-Meteo's archive gives a past day's hours as the forecast gave them; GBFS
+    station_status?at= gives the planted occupancy at that instant, the future refused."""
+    hourly = "temperature_2m,precipitation,weather_code"
+    forecast = _get(sim, f"/v1/forecast?latitude=46.2&longitude=6.14&past_days=1"
+                         f"&hourly={hourly}").json()["hourly"]
+    day = forecast["time"][0][:10]
+    archive = _get(sim, f"/v1/archive?latitude=46.2&longitude=6.14&start_date={day}"
+                        f"&end_date={day}&hourly={hourly}").json()["hourly"]
+    assert archive == {k: v[:24] for k, v in forecast.items()}
+    today = forecast["time"][-1][:10]
+    refused = _get(sim, f"/v1/archive?latitude=1&longitude=2&start_date={today}"
+                        f"&end_date={today}")
+    assert refused.status_code == 400 and "before" in refused.json()["reason"]
+
+    at = START - 86400 + 8 * 3600
+    past = _get(sim, f"/gbfs/3.0/station_status.json?at={at}").json()
+    assert _get(sim, f"/gbfs/2.3/en/station_status.json?at={at}").json()["last_updated"] == at
+    assert past["last_updated"] == rfc3339(at)
+    docked = [s for s in past["data"]["stations"] if "num_docks_available" in s]
+    capacities = {s["station_id"]: s["capacity"] for s in _get(
+        sim, "/gbfs/2.3/en/station_information.json").json()["data"]["stations"]
+        if "capacity" in s}
+    assert all(s["num_vehicles_available"] + s["num_vehicles_disabled"]
+               + s["num_docks_available"] == capacities[s["station_id"]] for s in docked)
+    assert _get(sim, f"/gbfs/3.0/station_status.json?at={START + 60}").status_code == 400
 
 
 def test_simulator_command_serves_until_interrupted() -> None:

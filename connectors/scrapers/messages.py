@@ -27,6 +27,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
 # The field whose value keys each feed's messages (one key per station, vehicle, place).
 DEFAULT_KEYS = {"station_information": "station_id", "station_status": "station_id",
                 "vehicle_status": "vehicle_id", "weather": "location_id"}
+# Header of the records `lakehouse backfill` produces: history, old on purpose, so silver's
+# lateness bound (which catches replayed or stuck live feeds) does not apply to them.
+BACKFILL_HEADER = "backfill"
 FEEDS_OF_TYPE = {"gbfs": ("station_information", "station_status", "vehicle_status"),
                  "open_meteo": ("weather",)}
 
@@ -53,8 +56,9 @@ def utc_now_iso() -> str:
 
 
 def to_kafka(record: Record, topic: str, key_field: str, source: str,
-             fetched_at: str) -> KafkaMessage:
-    """Serialise a record: UTF-8 JSON value, key = the key field as text, standard headers."""
+             fetched_at: str, backfill: bool = False) -> KafkaMessage:
+    """Serialise a record: UTF-8 JSON value, key = the key field as text, standard headers
+    (and BACKFILL_HEADER on history)."""
     key = record.value[key_field]
     return KafkaMessage(
         topic=topic,
@@ -62,5 +66,6 @@ def to_kafka(record: Record, topic: str, key_field: str, source: str,
         value=json.dumps(record.value, ensure_ascii=False, separators=(",", ":")).encode(),
         headers=[("source", source.encode()), ("feed", record.feed.encode()),
                  ("last_updated", str(record.last_updated).encode()),
-                 ("fetched_at", fetched_at.encode())],
+                 ("fetched_at", fetched_at.encode()),
+                 *([(BACKFILL_HEADER, b"true")] if backfill else [])],
     )

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from connectors.scrapers import gbfs, weather
 from connectors.scrapers.fetcher import Fetcher, FetchError, FetchResult
@@ -92,11 +92,12 @@ class SourceRunner:
         log.error("%s/%s: %s (url %s)", self.source.name, feed, error, result.url)
 
     def _produce(self, report: RunReport, feed: str, result: FetchResult,
-                 records: list[Record], mark: str, mark_value: int) -> None:
+                 records: list[Record], mark: str, mark_value: int,
+                 backfill: bool = False) -> None:
         target = self.source.targets[feed]
         fetched_at = utc_now_iso()
-        messages = [to_kafka(r, target.topic, target.key, self.source.name, fetched_at)
-                    for r in records]
+        messages = [to_kafka(r, target.topic, target.key, self.source.name, fetched_at,
+                             backfill) for r in records]
         delivery = self.producer.send(messages)
         if not delivery.ok:
             # Not acknowledged: forget the validators so the next pass fetches it in full.
@@ -171,9 +172,11 @@ class SourceRunner:
                 continue
             self._gbfs_feed(report, feed, url, found)
 
-    def _gbfs_feed(self, report: RunReport, feed: str, url: str,
-                   found: gbfs.Discovery) -> None:
-        result = self._fetch(report, url)
+    def _gbfs_feed(self, report: RunReport, feed: str, url: str, found: gbfs.Discovery,
+                   at: int | None = None, mark: str | None = None) -> None:
+        """One feed's snapshot (with `at`: the snapshot at that past instant, `?at=`),
+        produced unless state mark `mark` (default: the feed's name) has it already."""
+        result = self._fetch(report, url, None if at is None else {"at": str(at)})
         if result is None:
             return
         if result.not_modified:
@@ -187,12 +190,16 @@ class SourceRunner:
             self.fetcher.forget(result)
             self._dead_letter(report, feed, result, result.body, str(exc))
             return
-        if self.source.spec.respect_ttl:
+        if at is not None and env.last_updated != at:
+            report.errors.append(f"{feed}: {url} ignores ?at={at} (it serves no history)")
+            return
+        if self.source.spec.respect_ttl and at is None:
             self._feed_expires[feed] = report.started_at + env.ttl
         age = self.clock() - env.last_updated
         if age > self.source.spec.stale_after_seconds:
             report.notes.append(f"{feed}: stale, last_updated {int(age)} s ago")
-        previous = self.state.get(feed)
+        mark = mark or feed
+        previous = self.state.get(mark)
         if previous is not None and env.last_updated <= previous:
             report.notes.append(f"{feed}: last_updated unchanged, nothing produced")
             return
@@ -206,14 +213,42 @@ class SourceRunner:
                 body = json.dumps(item, ensure_ascii=False).encode()
                 self._dead_letter(report, feed, result, body,
                                   f"record data.{list_name}[{index}]: {exc}")
-        self._produce(report, feed, result, records, feed, env.last_updated)
+        self._produce(report, feed, result, records, mark, env.last_updated, at is not None)
+
+    def backfill_station_status(self, at: int, mark: str) -> RunReport:
+        """The station_status snapshot at past instant `at` (a history the feed serves as
+        `station_status.json?at=<epoch>`, as the simulator does), deduplicated on `mark`."""
+        report = RunReport(self.source.name, self.clock())
+        found = self._discover(report)
+        url = found.urls.get("station_status") if found else None
+        if found is not None and url is None:
+            report.errors.append("station_status: not offered by this system")
+        elif found is not None and url is not None:
+            self._gbfs_feed(report, "station_status", url, found, at, mark)
+        return report
 
     # --- weather ------------------------------------------------------------------------
     def _run_weather(self, report: RunReport) -> None:
         spec = self.source.spec
         assert spec.location is not None  # validated for open_meteo sources
-        result = self._fetch(report, spec.url,
-                             weather.request_params(spec.location, spec.past_days))
+        self._weather(report, spec.url, weather.request_params(spec.location, spec.past_days),
+                      f"weather:{spec.location.id}", backfill=False)
+
+    def backfill_weather(self, day: date, mark: str) -> RunReport:
+        """The hours of `day` from the source's `archive_url` (Open-Meteo's historical
+        weather), deduplicated on `mark`."""
+        report = RunReport(self.source.name, self.clock())
+        spec = self.source.spec
+        assert spec.location is not None and spec.archive_url is not None
+        self._weather(report, spec.archive_url, weather.archive_params(spec.location, day),
+                      mark, backfill=True)
+        return report
+
+    def _weather(self, report: RunReport, url: str, params: dict[str, str], mark: str,
+                 backfill: bool) -> None:
+        spec = self.source.spec
+        assert spec.location is not None
+        result = self._fetch(report, url, params)
         if result is None:
             return
         if result.not_modified:
@@ -226,10 +261,10 @@ class SourceRunner:
             self.fetcher.forget(result)
             self._dead_letter(report, "weather", result, result.body, str(exc))
             return
-        mark = f"weather:{spec.location.id}"
         previous = self.state.get(mark)
         new = [r for r in records if previous is None or r.last_updated > previous]
         if not new:
             report.notes.append("weather: no new hour")
             return
-        self._produce(report, "weather", result, new, mark, max(r.last_updated for r in new))
+        self._produce(report, "weather", result, new, mark, max(r.last_updated for r in new),
+                      backfill)

@@ -35,7 +35,10 @@ class Scraper:
     states its own acks, idempotence and compression)."""
 
     def __init__(self, settings: Settings, sources: list[Source],
-                 producer_config: dict[str, object] | None = None) -> None:
+                 producer_config: dict[str, object] | None = None,
+                 state: SourceState | None = None) -> None:
+        """`state`: one dedupe state for every source (the backfill's); default: each
+        source's own file in scraper.state_dir."""
         self.settings = settings
         self.fetcher = Fetcher(settings.scraper)
         self.producers = {source.name: SnapshotProducer(settings, source.spec.producer,
@@ -46,7 +49,8 @@ class Scraper:
         self.progress = [
             SourceProgress(source, SourceRunner(source, self.fetcher,
                                                 self.producers[source.name],
-                                                SourceState(state_folder, source.name),
+                                                state or SourceState(state_folder,
+                                                                     source.name),
                                                 settings.kafka.dlq_topic_suffix), now)
             for source in sources
         ]

@@ -89,10 +89,15 @@ class SourceSpec(_Strict):
     # open_meteo only: the place and how many past days of hourly values to ask for.
     location: Location | None = None
     past_days: int = Field(default=1, ge=0, le=92)
+    # open_meteo only: the historical-weather endpoint (`/v1/archive`) `lakehouse backfill`
+    # reads past days from; none: the source cannot be backfilled.
+    archive_url: str | None = None
 
-    @field_validator("url")
+    @field_validator("url", "archive_url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"must be an http(s) URL, got {value!r}")
@@ -110,8 +115,8 @@ class SourceSpec(_Strict):
                                  f"{feed} messages ({', '.join(FIELDS[feed])})")
         if self.type == "open_meteo" and self.location is None:
             raise ValueError("location: required for type open_meteo")
-        if self.type == "gbfs" and self.location is not None:
-            raise ValueError("location: only for type open_meteo")
+        if self.type == "gbfs" and (self.location or self.archive_url) is not None:
+            raise ValueError("location, archive_url: only for type open_meteo")
         return self
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from connectors.scrapers.gbfs import PayloadError
@@ -17,6 +17,13 @@ def request_params(location: Location, past_days: int) -> dict[str, str]:
     return {"latitude": str(location.latitude), "longitude": str(location.longitude),
             "hourly": ",".join(VARIABLES), "current": "temperature_2m",
             "past_days": str(past_days), "forecast_days": "1", "timezone": "GMT"}
+
+
+def archive_params(location: Location, day: date) -> dict[str, str]:
+    """Open-Meteo's historical-weather request (`/v1/archive`) for the hours of `day`."""
+    return {"latitude": str(location.latitude), "longitude": str(location.longitude),
+            "hourly": ",".join(VARIABLES), "start_date": day.isoformat(),
+            "end_date": day.isoformat(), "timezone": "GMT"}
 
 
 def _utc(text: str, offset_seconds: int) -> datetime:

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from connectors.simulator.system import LANGUAGES, SYSTEM_ID, VEHICLE_TYPES, BikeSystem
+from connectors.simulator.history import occupancy
+from connectors.simulator.system import (
+    CENTER_LAT,
+    CENTER_LON,
+    LANGUAGES,
+    SYSTEM_ID,
+    VEHICLE_TYPES,
+    BikeSystem,
+    Station,
+)
 
 VERSIONS = ("2.3", "3.0")
 # Feed names per version; v3 renamed free_bike_status to vehicle_status.
@@ -69,7 +79,8 @@ def feed_data(system: BikeSystem, version: str, language: str, name: str) -> dic
     if name == "station_information":
         return {"stations": [_station_information(s, v3, language) for s in system.stations]}
     if name == "station_status":
-        return {"stations": [_station_status(system, s, v3) for s in system.stations]}
+        return {"stations": [_station_status(s, system.station_counts(s), v3)
+                             for s in system.stations]}
     if name in ("free_bike_status", "vehicle_status"):
         key = "vehicles" if v3 else "bikes"
         return {key: [_vehicle(v, v3) for v in system.visible_vehicles()]}
@@ -95,8 +106,30 @@ def _station_information(station: Any, v3: bool, language: str) -> dict[str, Any
     return info
 
 
-def _station_status(system: BikeSystem, station: Any, v3: bool) -> dict[str, Any]:
-    counts = system.station_counts(station)
+def station_status_at(system: BikeSystem, version: str, at: int) -> dict[str, Any]:
+    """The `data` of station_status as it was at instant `at` (the planted history of
+    `history.occupancy`, with the weather at the system's centre); every station installed,
+    renting and returning, last reported at `at`."""
+    stations = []
+    for station in system.stations:
+        share = occupancy(system.seed, station.station_id, station.region_id == "center",
+                          CENTER_LAT, CENTER_LON, at)
+        if station.capacity is None:
+            bikes, docks, disabled = round(6 * share), None, 0
+        else:
+            disabled = int(share * 100) % 7 == 0  # now and then one broken bike
+            bikes = min(round(station.capacity * share), station.capacity - disabled)
+            docks = station.capacity - bikes - disabled
+        counts = {"bikes": bikes, "bikes_disabled": int(disabled), "docks": docks,
+                  "classic": bikes - bikes // 3, "ebike": bikes // 3}
+        then = replace(station, is_installed=True, is_renting=True, is_returning=True,
+                       last_reported=at)
+        stations.append(_station_status(then, counts, version == "3.0"))
+    return {"stations": stations}
+
+
+def _station_status(station: Station, counts: dict[str, int | None], v3: bool
+                    ) -> dict[str, Any]:
     status: dict[str, Any] = {
         "station_id": station.station_id,
         "num_docks_available": counts["docks"],

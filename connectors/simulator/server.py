@@ -4,6 +4,11 @@ Routes (all GET unless noted):
   /gbfs/2.3/gbfs.json, /gbfs/2.3/<lang>/<feed>.json   GBFS 2.3 (languages en, fr)
   /gbfs/3.0/gbfs.json, /gbfs/3.0/<feed>.json          GBFS 3.0 (localized strings)
   /v1/forecast?latitude=..&longitude=..&hourly=..     Open-Meteo forecast format
+  /v1/archive?latitude=..&longitude=..&start_date=..&end_date=..&hourly=..
+                                                       Open-Meteo historical weather (days
+                                                       before the simulated today)
+  /gbfs/<version>/.../station_status.json?at=<epoch>   station_status history: the planted
+                                                       occupancy at a past instant (`history`)
   /control/status                                      ticks, simulated time, faults, requests
   POST /control/tick?count=N                           advance the system N ticks
   POST /control/faults  {json}                         set fault switches (see Faults)
@@ -29,7 +34,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from connectors.simulator import gbfs_documents as gbfs
 from connectors.simulator.system import LANGUAGES, BikeSystem
-from connectors.simulator.weather import WeatherRequestError, forecast
+from connectors.simulator.weather import WeatherRequestError, archive, forecast
 
 log = logging.getLogger("lakehouse.simulator")
 
@@ -203,9 +208,10 @@ class _Handler(BaseHTTPRequestHandler):
                stale: bool) -> tuple[int, Any, int] | None:
         """(status, payload, last_updated) for a data path, or None when unknown."""
         system, ttl = self.state.system, self.state.ttl
-        if path == "/v1/forecast":
+        if path in ("/v1/forecast", "/v1/archive"):
+            answer = forecast if path == "/v1/forecast" else archive
             try:
-                return 200, forecast(params, system.seed, system.now), system.now
+                return 200, answer(params, system.seed, system.now), system.now
             except WeatherRequestError as exc:
                 return 400, {"error": True, "reason": str(exc)}, system.now
         segments = path.strip("/").split("/")
@@ -220,6 +226,13 @@ class _Handler(BaseHTTPRequestHandler):
         name = rest[0].removesuffix(".json")
         if name == "gbfs":
             data = gbfs.discovery(system, version, self._base_url())
+        elif name == "station_status" and "at" in params:
+            at = params["at"]
+            if not at.isdigit() or int(at) > system.now:
+                return 400, {"error": f"at: epoch seconds up to {system.now}, got {at!r}"}, \
+                    system.now
+            data = gbfs.station_status_at(system, version, int(at))
+            return 200, gbfs.document(version, data, ttl, int(at)), int(at)
         elif name in gbfs.FEEDS[version]:
             data = gbfs.feed_data(system, version, language, name)
         else:

@@ -1,5 +1,11 @@
-"""gold_rentals_daily_weather: rentals per start station and UTC day (deleted rentals
-excluded) joined with that day's weather.
+"""gold_rentals_daily_weather: rentals per start station and UTC day joined with that
+day's weather.
+
+A rental is a rental of the rentals database (silver_rentals, CDC; deleted ones excluded)
+or a historical trip of the trip CSV files (silver_trips, every trip completed): the
+metric counts both, so history backfilled as trip files is in gold and the marts. Their
+keys cannot collide (rental_id numbers, trip_id text), nor do they overlap in time in
+the reference data (trips are past days, rentals today).
 
 Which weather location: rentals carry no coordinates or system, so the location is chosen
 per day from silver_weather_hourly: `gold.weather_location_id` when configured (the
@@ -7,8 +13,8 @@ system's location in lakehouse.yaml), otherwise the location with the most hours
 that day, ties broken by the smallest location_id (with one scraped location - the
 default - that is simply it). The chosen id is stored in each row (location_id).
 
-Incremental: a changed rental (any image) affects (its start date, its start station); a
-changed weather hour affects every row of its date.
+Incremental: a changed rental or trip (any image) affects (its start date, its start
+station); a changed weather hour affects every row of its date.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from spark_streaming.gold.metric import (
 
 TABLE = "gold_rentals_daily_weather"
 RENTALS = "silver_rentals"
+TRIPS = "silver_trips"
 WEATHER = "silver_weather_hourly"
 
 
@@ -34,18 +41,24 @@ def _string_literal(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _daily_sql(rentals: str, weather: str, settings: Settings) -> str:
+def _daily_sql(rentals: str, trips: str, weather: str, settings: Settings) -> str:
     chosen = settings.gold.weather_location_id
     location_filter = f"WHERE location_id = {_string_literal(chosen)}" if chosen else ""
     return f"""
-WITH r AS (
+WITH rides AS (
+  SELECT started_at, start_station_id, status = 'completed' AS completed, ended_at
+  FROM {rentals} WHERE NOT is_deleted
+  UNION ALL
+  SELECT started_at, start_station_id, true AS completed, ended_at FROM {trips}
+),
+r AS (
   SELECT to_date(started_at) AS rental_date, start_station_id AS station_id,
          count(*) AS rentals_started,
-         count_if(status = 'completed') AS rentals_completed,
-         avg(CASE WHEN status = 'completed' AND ended_at IS NOT NULL
+         count_if(completed) AS rentals_completed,
+         avg(CASE WHEN completed AND ended_at IS NOT NULL
                   THEN (unix_micros(ended_at) - unix_micros(started_at)) / 60000000D END)
            AS avg_duration_minutes
-  FROM {rentals} WHERE NOT is_deleted
+  FROM rides
   GROUP BY to_date(started_at), start_station_id
 ),
 w AS (
@@ -69,14 +82,15 @@ FROM r LEFT JOIN pick p ON p.day = r.rental_date AND p.rank = 1
 
 
 def compute_all(spark: SparkSession, settings: Settings, views: Views) -> DataFrame:
-    return spark.sql(_daily_sql(views[RENTALS], views[WEATHER], settings))
+    return spark.sql(_daily_sql(views[RENTALS], views[TRIPS], views[WEATHER], settings))
 
 
 def compute_changed(spark: SparkSession, settings: Settings, views: Views,
                     changes: Changes) -> tuple[DataFrame, DataFrame]:
     spark.sql(f"""
         SELECT DISTINCT to_date(started_at) AS rental_date, start_station_id AS station_id
-        FROM {changes[RENTALS]}
+        FROM (SELECT started_at, start_station_id FROM {changes[RENTALS]}
+              UNION ALL SELECT started_at, start_station_id FROM {changes[TRIPS]})
     """).createOrReplaceTempView("gold_rentals_pairs")
     spark.sql(f"""
         SELECT DISTINCT to_date(observed_at) AS rental_date FROM {changes[WEATHER]}
@@ -92,10 +106,13 @@ def compute_changed(spark: SparkSession, settings: Settings, views: Views,
     lo, hi = literal_ts(span.lo), f"{literal_ts(span.hi)} + INTERVAL 1 DAY"
     spark.sql(f"SELECT * FROM {views[RENTALS]} WHERE started_at >= {lo} AND started_at < {hi}"
               ).createOrReplaceTempView("gold_rentals_scoped")
+    spark.sql(f"SELECT * FROM {views[TRIPS]} WHERE started_at >= {lo} AND started_at < {hi}"
+              ).createOrReplaceTempView("gold_trips_scoped")
     spark.sql(f"SELECT * FROM {views[WEATHER]} WHERE observed_at >= {lo} "
               f"AND observed_at < {hi}").createOrReplaceTempView("gold_weather_scoped")
-    materialize(spark, spark.sql(_daily_sql("gold_rentals_scoped", "gold_weather_scoped",
-                                            settings)), "gold_rentals_candidates")
+    materialize(spark, spark.sql(_daily_sql("gold_rentals_scoped", "gold_trips_scoped",
+                                            "gold_weather_scoped", settings)),
+                "gold_rentals_candidates")
     candidates = spark.table("gold_rentals_candidates")
     keys = spark.sql("""
         SELECT rental_date, station_id FROM gold_rentals_pairs
@@ -109,7 +126,8 @@ def compute_changed(spark: SparkSession, settings: Settings, views: Views,
 
 METRIC = GoldMetric(
     table=TABLE,
-    sources={RENTALS: ("started_at", "start_station_id"), WEATHER: ("observed_at",)},
+    sources={RENTALS: ("started_at", "start_station_id"),
+             TRIPS: ("started_at", "start_station_id"), WEATHER: ("observed_at",)},
     compute_all=compute_all,
     compute_changed=compute_changed,
 )

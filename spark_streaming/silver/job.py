@@ -15,7 +15,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from delta.tables import DeltaTable
@@ -239,23 +239,29 @@ def _run_continuous(spark: SparkSession, settings: Settings, pipelines: list[Sil
         report(f"silver: {len(running)} queries stopped")
 
 
-def rebuild_silver(spark: SparkSession, settings: Settings, table: str,
+def rebuild_silver(spark: SparkSession, settings: Settings, table: str | Sequence[str],
                    report: Report = print, *, specs: list[PipelineSpec] | None = None
                    ) -> dict[str, dict[str, int]]:
-    """Replay `table` from bronze: new checkpoint and run id, table emptied, caught up.
+    """Replay `table` (or several tables at once, their queries side by side) from bronze:
+    new checkpoint and run id, table emptied, caught up.
 
     Quarantine is append-only and keeps its rows; records already there are not added
     again. Refused (TableBusy) while another process runs the table's query.
     """
-    chosen = [s for s in (specs or load_specs(tables=[table])) if s.table == table]
-    if not chosen:
-        raise ConfigError(f"--table: no silver pipeline for {table!r}")
-    with writing(settings, [table], f"silver rebuild of {table}"):
-        return _rebuild(spark, settings, table, chosen, report)
+    tables = [table] if isinstance(table, str) else list(table)
+    chosen = [s for s in (specs or load_specs(tables=tables)) if s.table in tables]
+    missing = sorted(set(tables) - {s.table for s in chosen})
+    if missing:
+        raise ConfigError(f"--table: no silver pipeline for {', '.join(missing)}")
+    with writing(settings, tables, f"silver rebuild of {', '.join(tables)}"):
+        for name in tables:
+            _reset(spark, settings, name, report)
+        return run_silver(spark, settings, tables, available_now=True, report=report,
+                          specs=chosen)
 
 
-def _rebuild(spark: SparkSession, settings: Settings, table: str, chosen: list[PipelineSpec],
-             report: Report) -> dict[str, dict[str, int]]:
+def _reset(spark: SparkSession, settings: Settings, table: str, report: Report) -> None:
+    """Remove the table's checkpoint and run id, and empty the table."""
     checkpoint = _checkpoint(settings, table)
     shutil.rmtree(checkpoint, ignore_errors=True)
     checkpoint.with_suffix(".run_id").unlink(missing_ok=True)
@@ -265,5 +271,3 @@ def _rebuild(spark: SparkSession, settings: Settings, table: str, chosen: list[P
         report(f"{table}: emptied, checkpoint {checkpoint} removed; replaying bronze")
     else:
         report(f"{table}: no table yet; building it from bronze")
-    return run_silver(spark, settings, [table], available_now=True, report=report,
-                      specs=chosen)

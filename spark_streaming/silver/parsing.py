@@ -17,7 +17,7 @@ from spark_streaming.silver.field_types import typed_field
 from spark_streaming.silver.spec import PipelineSpec
 
 RAW = {"_b_key": "key", "_b_value": "value", "_b_topic": "topic",
-       "_b_partition": "partition", "_b_offset": "offset",
+       "_b_partition": "partition", "_b_offset": "offset", "_b_headers": "headers",
        "_b_kafka_timestamp": "kafka_timestamp", "_b_ingested_at": "ingested_at"}
 ENVELOPE = StructType([StructField(n, StringType()) for n in
                        ("before", "after", "source", "op", "ts_ms")])

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from connectors.scrapers.messages import BACKFILL_HEADER
 from lakehouse.definitions import TableDefinition
 from spark_streaming.silver.expectations import RowRule
 from spark_streaming.silver.spec import PipelineSpec
@@ -54,8 +55,12 @@ def route(parsed: DataFrame, spec: PipelineSpec, table: TableDefinition,
              for i, rule in enumerate(rules)]
     late = spec.event_time is not None
     if late:
+        # history fed in by `lakehouse backfill` (header BACKFILL_HEADER) is old on purpose
         bound = F.col("_b_kafka_timestamp") - F.expr(f"INTERVAL {spec.late_after}")
-        flags.append((_checkable() & (F.col(spec.event_time) < bound)).alias("_late"))
+        history = F.coalesce(F.exists("_b_headers", lambda h: h["key"] == BACKFILL_HEADER),
+                             F.lit(False))
+        flags.append((_checkable() & (F.col(spec.event_time) < bound) & ~history)
+                     .alias("_late"))
     flagged = parsed.select("*", *flags)
     quarantined = [F.when(F.col(f"_r{i}"), F.lit(rule.name))
                    for i, rule in enumerate(rules) if rule.severity == "quarantine"]
