@@ -61,7 +61,7 @@ class WeatherEffects:
             return (f"{self.days} day(s) with weather, {len(self.comparable)} weekday(s) with "
                     f"both dry and rainy days: too few to judge the weather's effect (it needs "
                     f"at least {MIN_DAYS} days and one weekday with both; "
-                    "`lakehouse backfill --days 28` loads weeks of history).")
+                    "`lakehouse backfill` loads three weeks of history).")
         rain = "fewer" if self.rain_lowers_rentals else "NOT always fewer"
         lines = [f"{self.days} days with weather.",
                  f"Rain: rainy days have {rain} rentals than dry days of the same weekday "
