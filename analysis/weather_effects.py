@@ -3,8 +3,9 @@
 against dry days of the same weekday, and the rentals gained per degree on dry days.
 
 The input is `marts.fct_rentals_daily` as pandas (one row per day). Days without weather
-are left out. With fewer than `MIN_DAYS` days, or no weekday that had both a dry and a
-rainy day, the effects are not judged (None), and the verdict says so.
+are left out, and so is the current UTC day (still running: a fraction of a day's
+rentals). With fewer than `MIN_DAYS` days, or no weekday that had both a dry and a rainy
+day, the effects are not judged (None), and the verdict says so.
 """
 
 from __future__ import annotations
@@ -21,9 +22,13 @@ COLUMNS = ["rental_date", "rentals_started", "temperature_mean_c", "is_rainy_day
 
 @dataclass(frozen=True)
 class WeatherEffects:
-    days: int  # days with weather
+    daily: pd.DataFrame  # the days judged: the input's rows, with weekday and rainy columns
     by_weekday: pd.DataFrame  # WEEKDAY_COLUMNS, Monday first
     temperature_fit: tuple[float, float] | None  # dry days: (rentals per degree, intercept)
+
+    @property
+    def days(self) -> int:
+        return len(self.daily)
 
     @property
     def comparable(self) -> pd.DataFrame:
@@ -77,7 +82,9 @@ class WeatherEffects:
 
 def weather_effects(daily: pd.DataFrame) -> WeatherEffects:
     """The effects in `daily` (the columns of COLUMNS, one row per day)."""
-    days = daily.dropna(subset=["temperature_mean_c", "is_rainy_day"]).copy()
+    days = daily.dropna(subset=["temperature_mean_c", "is_rainy_day"])
+    days = days[pd.to_datetime(days.rental_date) < pd.Timestamp.now("UTC").normalize()
+                .tz_localize(None)].copy()
     dates = pd.to_datetime(days.rental_date)
     days["weekday_number"] = dates.dt.day_of_week  # Monday = 0
     days["weekday"] = dates.dt.day_name()
@@ -91,7 +98,7 @@ def weather_effects(daily: pd.DataFrame) -> WeatherEffects:
         slope, intercept = np.polyfit(dry.temperature_mean_c.astype(float),
                                       dry.rentals_started.astype(float), 1)
         fit = (float(slope), float(intercept))
-    return WeatherEffects(days=len(days), by_weekday=by_weekday, temperature_fit=fit)
+    return WeatherEffects(daily=days, by_weekday=by_weekday, temperature_fit=fit)
 
 
 def _dry_and_rainy(weekday: str, group: pd.DataFrame) -> dict[str, object]:
