@@ -1,8 +1,9 @@
 """Serving the generated dbt docs site on loopback with the standard library.
 
 `dbt docs generate` writes a self-contained single-page app (index.html) that fetches
-manifest.json and catalog.json next to it; nothing else of dbt's target folder (compiled
-SQL, run results) is served. The server runs in a background thread so tests can start and
+manifest.json and catalog.json next to it, and copies the project's `asset-paths`
+(`assets/`: the pictures the docs show) there; nothing else of dbt's target folder
+(compiled SQL, run results) is served. The server runs in a background thread so tests can start and
 stop it in-process; `lakehouse docs` blocks on `wait()` until Ctrl-C.
 """
 
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
 # What `dbt docs generate` writes for the site; the only paths the server answers.
 DOCS_FILES = ("index.html", "manifest.json", "catalog.json")
+ASSETS_DIR = "assets"  # dbt_project.yml `asset-paths`: its files are served, flat, as well
 
 
 class DocsSiteError(RuntimeError):
@@ -34,17 +36,24 @@ def missing_docs_files(target_dir: Path) -> list[str]:
     return [name for name in DOCS_FILES if not (target_dir / name).is_file()]
 
 
+def is_site_file(name: str) -> bool:
+    """A docs file, or a file directly in the assets folder (no subfolders, no dot files)."""
+    folder, _, file = name.partition("/")
+    return name in DOCS_FILES or (folder == ASSETS_DIR and file != ""
+                                  and "/" not in file and not file.startswith("."))
+
+
 class _DocsRequestHandler(SimpleHTTPRequestHandler):
-    """GET/HEAD of the docs files in `directory`; 404 for anything else (no listings)."""
+    """GET/HEAD of the site files in `directory`; 404 for anything else (no listings)."""
 
     server_version = "lakehouse-docs"
 
     def send_head(self) -> io.BytesIO | BinaryIO | None:
         name = unquote(urlsplit(self.path).path).lstrip("/") or "index.html"
-        if name not in DOCS_FILES:
+        self.path = "/" + name
+        if not is_site_file(name) or not Path(self.translate_path(self.path)).is_file():
             self.send_error(404, "not a file of the dbt docs site")
             return None
-        self.path = "/" + name
         return super().send_head()
 
     def log_message(self, format: str, *args: object) -> None:

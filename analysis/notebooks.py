@@ -5,11 +5,14 @@ A SQL cell is a code cell whose first line starts with `%%sql`. After such a cel
 runner asks the kernel for the length of the result the cell returned (IPython's `Out`
 entry of that execution, a jupysql ResultSet); the cell passes when that is at least one
 row. The count is written into the executed notebook as cell metadata `lakehouse.sql_rows`.
+Every notebook must also draw at least one figure (an `image/png` output, matplotlib's
+inline backend); the figure of a cell tagged `docs-figure` can be copied into the docs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -35,6 +38,8 @@ from settings import Settings
 Report = Callable[[str], None]
 KERNEL_NAME = "lakehouse-venv"
 ROWS_METADATA = "lakehouse"
+PNG = "image/png"
+DOCS_FIGURE_TAG = "docs-figure"  # cell tag: this cell's figure goes into the docs
 _STOP_SPARK = ("from pyspark.sql import SparkSession as _LakehouseSession\n"
                "_active = _LakehouseSession.getActiveSession()\n"
                "_active is not None and _active.stop()")
@@ -53,6 +58,8 @@ class NotebookResult:
     kernel_log: Path
     cells: int = 0
     sql_rows: dict[int, int] = field(default_factory=dict)  # cell index -> rows returned
+    figures: int = 0  # code cells that drew a PNG figure
+    docs_figure: Path | None = None  # where the `docs-figure` cell's PNG was copied
     seconds: float = 0.0
     error: str | None = None
 
@@ -78,6 +85,24 @@ def notebook_paths(settings: Settings, only: str | None = None) -> list[Path]:
         names = ", ".join(path.stem for path in found) or "none"
         raise NotebookError(f"no notebook {only!r} in {folder} (there are: {names})")
     return chosen
+
+
+def figures_of(notebook: NotebookNode) -> list[tuple[NotebookNode, bytes]]:
+    """(cell, PNG bytes) of every figure the executed notebook shows, in cell order."""
+    return [(cell, base64.b64decode(output.data[PNG]))
+            for cell in notebook.cells if cell.cell_type == "code"
+            for output in cell.get("outputs", []) if PNG in output.get("data", {})]
+
+
+def save_docs_figure(notebook: NotebookNode, target: Path) -> Path | None:
+    """Write the first figure of the cell tagged DOCS_FIGURE_TAG to `target`, if any."""
+    tagged = [png for cell, png in figures_of(notebook)
+              if DOCS_FIGURE_TAG in cell.metadata.get("tags", [])]
+    if not tagged:
+        return None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(tagged[0])
+    return target
 
 
 def _first_line(cell: NotebookNode) -> str:
@@ -130,6 +155,7 @@ class _NotebookRun:
                 "LAKEHOUSE_PROFILE": self.settings.profile,
                 "IPYTHONDIR": str(self.work_dir / "ipython"),
                 "JUPYTER_RUNTIME_DIR": str(self.work_dir / "runtime"),
+                "MPLCONFIGDIR": str(self.work_dir / "matplotlib"),
                 "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
 
     async def _ask(self, code: str, expression: str | None = None) -> dict[str, Any]:
@@ -221,9 +247,11 @@ def render_html(notebook: NotebookNode, target: Path) -> Path:
     return target
 
 
-def run_notebook(settings: Settings, source: Path, *, html: bool = True) -> NotebookResult:
+def run_notebook(settings: Settings, source: Path, *, html: bool = True,
+                 docs_figure: bool = False) -> NotebookResult:
     """Execute one notebook; writes the executed .ipynb (and .html) to
-    <state>/notebooks/ even when it fails, so the failing cell's output can be read."""
+    <state>/notebooks/ even when it fails, so the failing cell's output can be read.
+    With `docs_figure`, a passing notebook's tagged figure goes to analysis.docs_figures_dir."""
     out_dir = settings.state_path / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
     run = _NotebookRun(settings, source, out_dir)
@@ -240,18 +268,24 @@ def run_notebook(settings: Settings, source: Path, *, html: bool = True) -> Note
         raise KeyboardInterrupt
     result.seconds = round(time.perf_counter() - began, 1)
     result.sql_rows = run.sql_rows
+    result.figures = len({id(cell) for cell, _ in figures_of(run.notebook)})
     problems = [*run.empty, *([result.error] if result.error else [])]
     if not problems and not run.sql_rows:
         problems.append("no %%sql cell ran")
+    if not problems and not result.figures:
+        problems.append("no figure (no cell drew an image/png output)")
     result.error = "; ".join(problems) or None
     nbformat.write(run.notebook, result.executed)
+    if docs_figure and result.ok:
+        folder = settings.project_path(settings.analysis.docs_figures_dir)
+        result.docs_figure = save_docs_figure(run.notebook, folder / f"{source.stem}.png")
     if html:
         result.html = render_html(run.notebook, out_dir / f"{source.stem}.html")
     return result
 
 
 def run_notebooks(settings: Settings, only: str | None, report: Report, *,
-                  html: bool = True) -> list[NotebookResult]:
+                  html: bool = True, docs_figures: bool = False) -> list[NotebookResult]:
     """Every notebook (or the one named), one kernel each, in name order."""
     paths = notebook_paths(settings, only)
     if not paths:
@@ -260,10 +294,12 @@ def run_notebooks(settings: Settings, only: str | None, report: Report, *,
     results = []
     for path in paths:
         report(f"{path.stem}: running ({path})")
-        result = run_notebook(settings, path, html=html)
+        result = run_notebook(settings, path, html=html, docs_figure=docs_figures)
         results.append(result)
         rows = ", ".join(str(n) for n in result.sql_rows.values())
         report(f"{result.name}: {'ok' if result.ok else 'FAILED'} in {result.seconds:.1f} s; "
                f"{len(result.sql_rows)} SQL cells returned rows: {rows or '-'}; "
-               f"{result.html or result.executed}")
+               f"{result.figures} figure(s); {result.html or result.executed}")
+        if result.docs_figure is not None:
+            report(f"{result.name}: docs figure written to {result.docs_figure}")
     return results

@@ -16,22 +16,34 @@ from cli.terminal import console, say
 @click.option("--only", metavar="NAME", default=None,
               help="Run only this notebook (file name with or without .ipynb).")
 @click.option("--no-html", is_flag=True, help="Skip the HTML rendering.")
+@click.option("--docs-figures", is_flag=True,
+              help="Also write the figure of each passing notebook's cell tagged "
+                   "`docs-figure` to <analysis.docs_figures_dir>/<notebook>.png "
+                   "(docs/images: the picture the README and the dbt docs site show).")
 @click.pass_context
-def notebooks(ctx: click.Context, only: str | None, no_html: bool) -> None:
+def notebooks(ctx: click.Context, only: str | None, no_html: bool, docs_figures: bool) -> None:
     """Execute the SQL notebooks of `analysis.notebooks_dir` headless.
 
     Each notebook runs in its own kernel on this project's Python with this command's
     profile and LAKEHOUSE_* overrides; the first cell builds the SparkSession on the shared
     table catalog, where every table is `<layer>.<name>` (run `lakehouse transform` first
     for the marts). The executed notebooks and their HTML go to
-    <state_dir>/notebooks/. Exits 1 when a cell fails or a SQL cell returns no rows.
+    <state_dir>/notebooks/, the figures inline (PNG). Exits 1 when a cell fails, a SQL
+    cell returns no rows or a notebook draws no figure.
+
+    \b
+    Examples:
+      lakehouse notebooks
+      lakehouse notebooks --only rentals_vs_weather --no-html
+      lakehouse notebooks --docs-figures     # after a backfill: refresh docs/images/
     """
     from analysis.notebooks import NotebookError, run_notebooks
 
     settings = settings_of(ctx)
     began = time.monotonic()
     try:
-        results = run_notebooks(settings, only, say, html=not no_html)
+        results = run_notebooks(settings, only, say, html=not no_html,
+                                docs_figures=docs_figures)
     except NotebookError as exc:
         console.print(f"[red]notebooks failed:[/red] {escape(str(exc))}")
         sys.exit(1)

@@ -198,6 +198,9 @@ class AnalysisSettings(_Section):
     # Folders relative to the project folder unless absolute.
     dbt_project_dir: str = "dbt"
     notebooks_dir: str = "notebooks"
+    # `lakehouse notebooks --docs-figures` writes each notebook's `docs-figure` PNG here
+    # (the README and the dbt docs overview show them; dbt/assets links to docs/images).
+    docs_figures_dir: str = "docs/images"
     # The dbt docs site (`lakehouse docs`) is served on 127.0.0.1 at this port.
     docs_port: int = Field(default=18580, ge=1, le=65535)
     # Seconds a notebook cell may run in `lakehouse notebooks` before it is called failed.

@@ -18,6 +18,10 @@ OUTSIDE = re.compile(r"\.\./(?:\.\./)*shared\b|\.\./shared/|DESIGN\.md")
 # [text](target) and [text]: target; images too. Targets with a scheme are not files.
 MARKDOWN_LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)"
                            r"|^\s*\[[^\]]+\]:\s*(\S+)", re.MULTILINE)
+# A dbt docs block (`{% docs name %}`) is shown on the docs site, whose root holds the dbt
+# project's asset-paths: its links start at the dbt project folder.
+DBT_DOCS_BLOCK = re.compile(r"\{%-?\s*docs\s")
+DBT_PROJECT = PROJECT_DIR / "dbt"
 MD_NAME = re.compile(r"(?<![\w/.-])((?:\.{1,2}/)?[\w./-]*[\w-]\.md)\b")
 
 
@@ -30,12 +34,14 @@ def _inside(target: Path) -> bool:
     return target.resolve().is_relative_to(PROJECT_DIR)
 
 
-def _link_problem(source: Path, target: str) -> str | None:
-    """Why a link of `source` to `target` is broken (None: fine or not a file link)."""
+def _link_problem(source: Path, target: str, base: Path | None = None) -> str | None:
+    """Why a link of `source` to `target` (relative ones from `base`, by default the
+    source's folder) is broken (None: fine or not a file link)."""
     if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.IGNORECASE) or target.startswith("#"):
         return None  # http:, mailto:, an anchor in the same page
     path = target.split("#", 1)[0].split("?", 1)[0]
-    resolved = (PROJECT_DIR / path.lstrip("/")) if path.startswith("/") else source.parent / path
+    base = base or source.parent
+    resolved = (PROJECT_DIR / path.lstrip("/")) if path.startswith("/") else base / path
     if not _inside(resolved):
         return f"{target}: outside the repository"
     if not resolved.exists():
@@ -46,8 +52,9 @@ def _link_problem(source: Path, target: str) -> str | None:
 def markdown_problems(path: Path) -> list[str]:
     text = path.read_text(encoding="utf-8")
     problems = [f"mentions {m.group(0)!r}" for m in OUTSIDE.finditer(text)]
+    base = DBT_PROJECT if DBT_DOCS_BLOCK.search(text) else path.parent
     for match in MARKDOWN_LINK.finditer(text):
-        problem = _link_problem(path, match.group(1) or match.group(2))
+        problem = _link_problem(path, match.group(1) or match.group(2), base)
         if problem:
             problems.append(problem)
     return problems

@@ -37,6 +37,8 @@ VIEWPORT = {"width": 1600, "height": 1000}
 MARTS = {"dim_station", "fct_rentals_daily", "fct_station_status_observations",
          "fct_station_availability_hourly"}
 LINEAGE_MART = "fct_rentals_daily"
+# The notebook figure the overview shows (committed under docs/images, dbt/assets links there)
+FIGURE = "assets/rentals_vs_weather.png"
 # The sidebar's Project tab (the Database and Group tabs hold the same nodes, hidden).
 PROJECT_TREE = """model-tree div.menu[ng-show="nav_selected == 'project'"]"""
 
@@ -84,6 +86,16 @@ def _listening_addresses(port: int) -> set[str]:
             if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
 
 
+def test_docs_figure_is_committed_small_and_shown() -> None:
+    """The overview's figure is a real PNG, small enough for the repository, and the
+    README shows the same file."""
+    png = (PROJECT_DIR / "dbt" / FIGURE).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and 10_000 < len(png) < 150_000, len(png)
+    overview = (PROJECT_DIR / "dbt" / "models" / "overview.md").read_text()
+    assert f"]({FIGURE})" in overview
+    assert "](docs/images/rentals_vs_weather.png)" in (PROJECT_DIR / "README.md").read_text()
+
+
 def test_refuses_to_serve_without_generated_docs(tmp_path: Path, settings: Settings) -> None:
     port = settings.analysis.docs_port
     (tmp_path / "index.html").write_text("half a site")
@@ -100,6 +112,9 @@ def test_serves_only_the_docs_files_on_loopback(tmp_path: Path, settings: Settin
     files = _docs_files(target)
     (target / "run_results.json").write_text("{}")  # dbt's, not part of the site
     (target / "compiled").mkdir()
+    (target / "assets" / "nested").mkdir(parents=True)  # dbt's copy of the asset-paths
+    (target / "assets" / "figure.png").write_bytes(b"\x89PNG a figure")
+    (target / "assets" / ".hidden").write_text("a dot file")
     (tmp_path / "secret.txt").write_text("outside the target folder")
     port = settings.analysis.docs_port
     with DocsSite(target, port) as site:
@@ -108,8 +123,11 @@ def test_serves_only_the_docs_files_on_loopback(tmp_path: Path, settings: Settin
         for name, body in files.items():
             assert _get(port, f"/{name}?cb=1") == (200, body)
         assert _get(port, "/") == (200, files["index.html"])
+        assert _get(port, "/assets/figure.png") == (200, b"\x89PNG a figure")
         for path in ("/run_results.json", "/compiled/", "/../secret.txt",
-                     "/%2e%2e/secret.txt", "/index.html/", "/nothing"):
+                     "/%2e%2e/secret.txt", "/index.html/", "/nothing", "/assets/",
+                     "/assets/nested", "/assets/.hidden", "/assets/../secret.txt",
+                     "/assets/%2e%2e/%2e%2e/secret.txt", "/assets/missing.png"):
             status, _ = _get(port, path)
             assert status == 404, path
     assert port_is_free(port)
@@ -203,6 +221,10 @@ def test_docs_site_renders_model_list_and_lineage(
             page = browser.new_page(viewport=VIEWPORT)
             page.goto(served_docs + "index.html")
             expect(page).to_have_title("dbt Docs")
+            # The overview's notebook figure: dbt's asset-paths, served next to the site.
+            page.wait_for_function(f"""() => {{
+                const img = document.querySelector('img[src="{FIGURE}"]');
+                return img !== null && img.complete && img.naturalWidth > 300; }}""")
             expect(page.locator("model-tree")).to_contain_text("Sources")
 
             # The model list: the Kafka sources and the marts folder, opened as a user would.

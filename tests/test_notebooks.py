@@ -1,17 +1,23 @@
 """The SQL notebooks: committed without outputs; `lakehouse notebooks` executes them over the
-shared transformed lakehouse, every query returns rows, HTML is rendered; a notebook with an
-empty query and a failing query makes the command fail, naming the notebook and cells."""
+shared transformed lakehouse, every query returns rows, every notebook draws a figure, HTML
+is rendered with the figures inline; a notebook with an empty query and a failing query, or
+one without a figure, makes the command fail, naming the notebook (and cells). The marts
+of the shared ingest, which starts with `lakehouse backfill`, show the planted weather
+effects that the notebook's verdict reports."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import pytest
 
-from analysis.notebooks import ROWS_METADATA, is_sql_cell
+from analysis.notebooks import DOCS_FIGURE_TAG, PNG, ROWS_METADATA, figures_of, is_sql_cell
+from analysis.weather_effects import COLUMNS, MIN_DAYS, weather_effects
 from settings import Settings
-from tests.conftest import PROJECT_DIR, TransformedLakehouse, run_cli
+from tests.conftest import PROJECT_DIR, TransformedLakehouse, read_catalog_table, run_cli
 
 NOTEBOOKS_DIR = PROJECT_DIR / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
@@ -66,8 +72,20 @@ def test_notebooks_run_and_every_query_returns_rows(
         errors = [o for c in executed.cells for o in c.get("outputs", [])
                   if o.output_type == "error"]
         assert not errors
+        figures = figures_of(executed)
+        assert figures, f"{path.name}: no figure"
+        assert all(png.startswith(b"\x89PNG") for _, png in figures)
         html = (_outputs_dir(settings) / f"{path.stem}.html").read_text()
         assert "<table" in html and source.cells[0].source.splitlines()[0].lstrip("# ") in html
+        assert html.count(f'src="data:{PNG};base64,') >= len(figures), path.name
+
+    # the notebook prints the verdict on the weather's effects ("too few to judge" after
+    # a day or two of ingest); numbers aside: its table rounds the temperatures
+    executed = nbformat.read(_outputs_dir(settings) / "rentals_vs_weather.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in executed.cells for o in c.get("outputs", [])
+                      if o.output_type == "stream")
+    verdict = weather_effects(_daily_rentals(transformed_lakehouse)).verdict()
+    assert _without_numbers(verdict) in _without_numbers(printed), printed
 
 
 @pytest.fixture
@@ -107,3 +125,64 @@ def test_failing_notebook_names_the_notebook_and_cells(
     assert executed.cells[1].metadata[ROWS_METADATA]["sql_rows"] == 0
     assert executed.cells[3].outputs == []  # execution stopped at the failing cell
     assert not (_outputs_dir(settings) / "broken_queries.html").exists()
+
+
+def _sqlite_notebook(*, figure: bool) -> nbformat.NotebookNode:
+    """A notebook on an in-memory SQLite (no Spark: seconds), with or without a figure in
+    a cell tagged for the docs."""
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("%load_ext sql\n%sql sqlite://\n"
+                                  "%config SqlMagic.autopandas = True"),
+        nbformat.v4.new_code_cell("%%sql\nSELECT 1 AS hour, 3 AS rides UNION ALL SELECT 2, 5"),
+    ]
+    if figure:
+        plot = nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\n"
+                                         "plt.plot(_.hour, _.rides)\nplt.show()")
+        plot.metadata["tags"] = [DOCS_FIGURE_TAG]
+        notebook.cells.append(plot)
+    return notebook
+
+
+def test_notebook_without_figure_fails_and_docs_figure_is_written(
+        settings: Settings, tmp_path: Path) -> None:
+    folder, figures = tmp_path / "notebooks", tmp_path / "figures"
+    folder.mkdir()
+    nbformat.write(_sqlite_notebook(figure=False), folder / "no_figure.ipynb")
+    nbformat.write(_sqlite_notebook(figure=True), folder / "one_figure.ipynb")
+    _clear_outputs(settings, ["no_figure", "one_figure"])
+    env = {"LAKEHOUSE_ANALYSIS__NOTEBOOKS_DIR": str(folder),
+           "LAKEHOUSE_ANALYSIS__DOCS_FIGURES_DIR": str(figures)}
+    result = run_cli("notebooks", "--docs-figures", env=env, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-6000:]
+    assert "notebook no_figure failed: no figure" in output
+    assert "1/2 notebooks ok" in output and "one_figure: ok" in output
+    assert [p.name for p in figures.iterdir()] == ["one_figure.png"]
+    executed = nbformat.read(_outputs_dir(settings) / "one_figure.ipynb", as_version=4)
+    assert (figures / "one_figure.png").read_bytes() == figures_of(executed)[0][1]
+    html = (_outputs_dir(settings) / "one_figure.html").read_text()
+    assert f'src="data:{PNG};base64,' in html
+
+
+def _without_numbers(text: str) -> str:
+    return re.sub(r"[-+]?\d+(\.\d+)?", "N", text)
+
+
+def _daily_rentals(lakehouse: TransformedLakehouse) -> pd.DataFrame:
+    mart = read_catalog_table(lakehouse.ingested.settings, "marts.fct_rentals_daily")
+    return mart.select(COLUMNS).to_pandas()
+
+
+def test_planted_weather_effects_are_found(
+        transformed_lakehouse: TransformedLakehouse) -> None:
+    """The shared ingest starts with `lakehouse backfill` (weeks of planted history): in
+    its marts rainy days have clearly fewer rentals than dry days of the same weekday, and
+    warmer dry days more rentals than colder ones."""
+    effects = weather_effects(_daily_rentals(transformed_lakehouse))
+    print(effects.by_weekday, effects.verdict(), sep="\n")
+    assert effects.days >= MIN_DAYS, f"the shared ingest needs a backfill: {effects.verdict()}"
+    assert len(effects.comparable) >= 2, effects.by_weekday
+    assert effects.rain_lowers_rentals, effects.by_weekday
+    assert effects.rain_change is not None and effects.rain_change < -0.15, effects.verdict()
+    assert effects.warmth_raises_rentals, effects.verdict()
