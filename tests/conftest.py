@@ -124,7 +124,7 @@ def read_catalog_table(settings: Settings, name: str) -> pa.Table:
     return read_delta(settings, name, uri=catalog_location(settings, name))
 
 
-BACKFILL_DAYS = 3
+BACKFILL_DAYS = 21  # the planted-effect check (tests/test_notebooks.py) needs 14 or more
 BACKFILLED_TOPICS = ("trips_csv", "weather", "station_status")
 
 
