@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-lock
 LAKEHOUSE := $(BIN)/lakehouse
 BENCH ?=
 
-.PHONY: help setup up down status airflow ingest transform test test-faults bench docs notebooks clean lint lock lock-airflow
+.PHONY: help setup up down status airflow ingest transform test test-faults test-cluster bench docs notebooks clean lint lock lock-airflow
 
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -52,10 +52,13 @@ notebooks: setup ## Run the SQL notebooks headless; HTML under .state/notebooks
 	@$(LAKEHOUSE) notebooks
 
 test: setup ## Run the test suite against real servers (starts and stops its own stack)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not cluster"
 
 test-faults: setup ## Run only the fault matrix (kill -9 each server during an ingest)
 	$(BIN)/python -m pytest -m faults -s
+
+test-cluster: setup ## Run only the cluster profile's tests (Spark standalone, 3 brokers)
+	$(BIN)/python -m pytest -m cluster
 
 bench: setup ## Run benchmarks (BENCH=stack for one); JSON results under .state/test/bench
 	$(BIN)/python -m benchmarks $(BENCH)

@@ -2,6 +2,9 @@
 baseline on the same data, in the same run.
 
 Needs the embedded stack (the `test` profile's ports; started and stopped here).
+With BENCH_BRONZE_CLUSTER=1: the `cluster` profile's stack instead, and the Spark job on
+`local[2]`, then on the standalone cluster with one worker's cores, then with both, in the
+same run on the same broker (no baseline).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ EVENTS = int(os.environ.get("BENCH_BRONZE_EVENTS", "1000000"))
 PARTITIONS = 6
 TARGET_EPS = 150_000  # issue: Spark bronze >= 150,000 events/s and >= 1.5x the baseline
 TARGET_RATIO = 1.5
+CLUSTER = os.environ.get("BENCH_BRONZE_CLUSTER") == "1"
 
 
 def _event(i: int) -> bytes:
@@ -70,7 +74,8 @@ def produce_all(settings: Settings, topic: str, messages: Iterable[Message],
 
 def produce(settings: Settings, topic: str, report: Any) -> float:
     admin = kafka_admin(settings)
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
+    replicas = settings.kafka.replication_factor  # a cluster's brokers refuse fewer (min ISR)
+    admin.create_topics([NewTopic(topic, PARTITIONS, replicas)])[topic].result(timeout=30)
     messages = ((f"station-{i % 500}".encode(), _event(i), None) for i in range(EVENTS))
     return produce_all(settings, topic, messages, report)
 
@@ -179,7 +184,64 @@ def _spark_round(spark: Any, settings: Settings, topic: str, report: Any,
             "eps": round(EVENTS / seconds), "rounds": rounds}
 
 
+def _on_cluster(settings: Settings, workers: int) -> Settings:
+    """`settings` whose application takes the cores of `workers` workers (spark.cores.max):
+    one executor per worker, so 1 is one worker's executor and 2 both."""
+    cores = workers * settings.embedded.spark_worker_cores
+    spark = settings.spark.model_copy(
+        update={"conf": {**settings.spark.conf, "spark.cores.max": str(cores)}})
+    return settings.model_copy(update={"spark": spark})
+
+
+def run_cluster(report: Any) -> dict[str, Any]:
+    """The bronze job on local[2], on one worker and on two, each in a new SparkSession
+    (the same driver JVM: its JIT is warm for the later ones, their executors are new)."""
+    settings = load_settings("cluster")
+    cli = [sys.executable, "-m", "cli.main", "--profile", "cluster"]
+    subprocess.run([*cli, "up"], check=True, capture_output=True)
+    local = settings.model_copy(update={"spark": settings.spark.model_copy(
+        update={"master": "local[2]"})})
+    variants = {"local[2]": local, "cluster_1_worker": _on_cluster(settings, 1),
+                "cluster_2_workers": _on_cluster(settings, 2)}
+    results: dict[str, Any] = {}
+    load_before = round(os.getloadavg()[0], 2)
+    try:
+        run_id = uuid.uuid4().hex[:8]
+        for name, variant in variants.items():
+            topics = [f"bench.bronze.{run_id}.{name.replace('[', '').replace(']', '')}.{n}"
+                      for n in ("cold", "warm")]
+            report(f"{name}: producing {EVENTS:,} events twice over {PARTITIONS} partitions")
+            for topic in topics:
+                produce(settings, topic, report)
+            with TreeSampler() as sampler:
+                began = time.monotonic()
+                spark = build_spark_session(variant, app_name=f"bench-bronze-{name}")
+                start_s = time.monotonic() - began
+                cold = _spark_round(spark, variant, topics[0], report, sampler)
+                warm = _spark_round(spark, variant, topics[1], report, sampler)
+                spark.stop()
+            report(f"{name}: cold {cold['eps']:,} events/s, warm {warm['eps']:,} events/s")
+            results[name] = {"session_start_s": round(start_s, 1), "cold": cold, "warm": warm}
+    finally:
+        subprocess.run([*cli, "down"], check=False, capture_output=True)
+    return {
+        "benchmark": "bronze",
+        "mode": "cluster",
+        "machine": machine_info(),
+        "events": EVENTS,
+        "partitions": PARTITIONS,
+        "replication_factor": settings.kafka.replication_factor,
+        "load_avg_1m_before": load_before,
+        # CPU seconds are the driver's process tree only: on the cluster the executors are
+        # the workers' children, so compare wall-clock events/s there
+        "variants": results,
+        "eps_warm": {name: r["warm"]["eps"] for name, r in results.items()},
+    }
+
+
 def run(report: Any = print) -> dict[str, Any]:
+    if CLUSTER:
+        return run_cluster(report)
     settings = load_settings(PROFILE)
     cli = [sys.executable, "-m", "cli.main", "--profile", PROFILE]
     subprocess.run([*cli, "up"], check=True, capture_output=True)

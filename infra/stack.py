@@ -15,6 +15,7 @@ from infra.components.kafka import check_formatted_for, kafka_nodes
 from infra.components.kafka_connect import KafkaConnect
 from infra.components.minio import Minio
 from infra.components.postgres import Postgres
+from infra.components.spark_cluster import spark_cluster
 from infra.components.sql_endpoint import SqlEndpoint
 from infra.layout import StateLayout
 from settings import Settings
@@ -40,7 +41,8 @@ def replication_advice(settings: Settings) -> str | None:
 
 class Stack:
     """MinIO; Apache Kafka (one node or several) -> Kafka Connect (its topics on Kafka);
-    PostgreSQL; optionally the SQL endpoint (Spark's Thrift server: the catalog in
+    PostgreSQL; a Spark standalone master and its workers (embedded.spark_workers);
+    optionally the SQL endpoint (Spark's Thrift server: the catalog in
     PostgreSQL, the tables on S3) and Airflow (its metadata in PostgreSQL)."""
 
     def __init__(self, settings: Settings):
@@ -51,6 +53,7 @@ class Stack:
             *kafka_nodes(settings, self.layout),
             KafkaConnect(settings, self.layout),
             Postgres(settings, self.layout),
+            *spark_cluster(settings, self.layout),
             SqlEndpoint(settings, self.layout),
             *airflow_components(settings, self.layout),
         ]

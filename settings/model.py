@@ -148,7 +148,8 @@ class PostgresSettings(_Section):
 
 
 class SparkSettings(_Section):
-    """Local Spark sized for a 2-core laptop; `master` may name a real cluster."""
+    """Local Spark sized for a 2-core laptop; `master` may name a real cluster (with
+    embedded.spark_workers, the standalone master the stack starts on this machine)."""
 
     master: str = "local[2]"
     driver_memory: str = "2g"
@@ -158,6 +159,14 @@ class SparkSettings(_Section):
     log_level: str = "WARN"
     # Extra Spark confs, e.g. {"spark.executor.memory": "4g"} on a cluster.
     conf: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def on_loopback(self) -> bool:
+        """Whether the driver and its executors all run on this machine (a local master,
+        or a standalone master on 127.0.0.1): then every Spark process binds to loopback."""
+        if self.master.startswith("local"):
+            return True
+        return urlsplit(self.master).hostname in ("127.0.0.1", "localhost")
 
 
 class LakehouseSettings(_Section):
@@ -275,6 +284,15 @@ KAFKA_NODE_PORT_STRIDE = 2
 
 
 @dataclass(frozen=True)
+class SparkDaemon:
+    """The embedded standalone master (worker 0) or worker n: its RPC and web UI ports."""
+
+    worker: int
+    port: int
+    ui_port: int
+
+
+@dataclass(frozen=True)
 class KafkaNode:
     """One embedded KRaft node (broker and controller): its id and both of its ports."""
 
@@ -312,6 +330,13 @@ class EmbeddedSettings(_Section):
     # starts it when true (or with `up --airflow`); off by default, the ingest needs none.
     airflow: bool = False
     airflow_port: int = Field(default=18280, ge=1, le=65535)
+    # A Spark standalone cluster of the stack's own: a master on the port of spark.master
+    # (spark://127.0.0.1:<port>) and this many workers, each its own JVM; 0: none (Spark
+    # runs inside the driver, spark.master local[N]). Ports: see Settings.spark_daemons.
+    spark_workers: int = Field(default=0, ge=0, le=4)
+    # What each worker offers its executors (one executor per worker and application).
+    spark_worker_cores: int = Field(default=1, ge=1)
+    spark_worker_memory: str = Field(default="1g", pattern=r"^[0-9]+[mMgG]$")
 
 
 class Settings(_Section):
@@ -346,6 +371,33 @@ class Settings(_Section):
                 f"{ports} overlap; keep embedded.kafka_controller_port outside kafka.bootstrap_"
                 f"servers' port + 0..{KAFKA_NODE_PORT_STRIDE * self.embedded.kafka_brokers - 1}")
         return self
+
+    @model_validator(mode="after")
+    def _spark_master_for_workers(self) -> Settings:
+        """Embedded workers need a standalone master on this machine to join."""
+        if self.embedded.enabled and self.embedded.spark_workers:
+            self.spark_master_address()
+        return self
+
+    def spark_master_address(self) -> tuple[str, int]:
+        """Host and port of spark.master when it names a standalone master on loopback."""
+        parts = urlsplit(self.spark.master)
+        if parts.scheme != "spark" or parts.hostname not in ("127.0.0.1", "localhost") \
+                or parts.port is None:
+            raise ValueError(f"spark.master is {self.spark.master!r}: with embedded."
+                             "spark_workers it must be spark://127.0.0.1:<port>, the "
+                             "standalone master the stack starts")
+        return parts.hostname, parts.port
+
+    def spark_daemons(self) -> list[SparkDaemon]:
+        """The embedded master (0) and workers: the ONE place their ports come from. The
+        master listens on spark.master's port, its web UI on the next; worker n on that
+        port + 2n and its UI on the one after (one contiguous block, as Kafka's nodes)."""
+        if not self.embedded.spark_workers:
+            return []
+        _, port = self.spark_master_address()
+        return [SparkDaemon(n, port + 2 * n, port + 2 * n + 1)
+                for n in range(self.embedded.spark_workers + 1)]
 
     def kafka_node(self, node_id: int) -> KafkaNode:
         """Node `node_id` (1-based) of the embedded Kafka: the ONE place its ports come from.

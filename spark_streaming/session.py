@@ -29,7 +29,7 @@ LOG = logging.getLogger(__name__)
 def build_spark_session(settings: Settings, app_name: str = "lakehouse") -> SparkSession:
     """A SparkSession configured from `settings`: Delta and Kafka jars, S3A, loopback."""
     # Without these Spark binds to a non-loopback address and runs workers on another Python.
-    if settings.spark.master.startswith("local"):
+    if settings.spark.on_loopback:
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
         # workers import the installed (compiled) pyspark, not Spark's source zip
         use_compiled_pyspark(settings.state_path / "spark")

@@ -132,6 +132,15 @@ def _catalog_confs(settings: Settings, jars: list[Path]) -> dict[str, str]:
     }
 
 
+def _executor_python(settings: Settings) -> dict[str, str]:
+    """What executors on other JVMs need for the project's Python: its packages on their
+    workers' path. The interpreter itself comes with each Python function (the driver's
+    PYSPARK_PYTHON). Both are paths of this machine: right for the standalone cluster the
+    stack starts here; a remote cluster needs the same paths (one image for driver and
+    workers) or its own confs in spark.conf (docs/scaling.md)."""
+    return {"spark.executorEnv.PYTHONPATH": str(settings.project_dir)}
+
+
 def spark_confs(settings: Settings, app_name: str) -> dict[str, str]:
     """Every Spark conf of a project Spark process named `app_name`; `spark.conf` of the
     settings last, so a profile can override any of them."""
@@ -164,11 +173,13 @@ def spark_confs(settings: Settings, app_name: str) -> dict[str, str]:
     }
     confs.update(_catalog_confs(settings, jars))
     confs.update(_s3a_confs(settings))
-    if spark.master.startswith("local"):
+    if spark.on_loopback:
         confs.update({
             "spark.driver.host": LOOPBACK,
             "spark.driver.bindAddress": LOOPBACK,
         })
+    if not spark.master.startswith("local"):
+        confs.update(_executor_python(settings))
     confs.update(spark.conf)
     return confs
 

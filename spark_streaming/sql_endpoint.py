@@ -138,6 +138,6 @@ def thrift_server_environment(settings: Settings) -> dict[str, str]:
     """This process's environment with the Spark home and, on a local master, the loopback
     address Spark binds to (as `build_spark_session` sets for its JVM)."""
     environment = {**os.environ, "SPARK_HOME": str(spark_home())}
-    if settings.spark.master.startswith("local"):
+    if settings.spark.on_loopback:
         environment.setdefault("SPARK_LOCAL_IP", LOOPBACK)
     return environment

@@ -14,12 +14,15 @@ import yaml
 from dotenv import dotenv_values
 
 from connectors.connect_config import CONNECTORS_DIR, worker_provider_properties
+from infra.components.spark_cluster import MASTER_CLASS, WORKER_CLASS, spark_cluster
+from infra.layout import StateLayout
 from settings import Settings, load_settings
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = PROJECT_DIR / "infra" / "docker-compose.yml"
 ENV_EXAMPLE = PROJECT_DIR / ".env.example"
-SERVICES = {"kafka", "kafka-connect", "minio", "minio-init", "postgres"}
+SERVICES = {"kafka", "kafka-connect", "minio", "minio-init", "postgres", "spark-master",
+            "spark-worker-1", "spark-worker-2"}
 # Compose interpolation: ${VAR}, ${VAR:-default}, ${VAR:?error}, ... or $VAR; `$$` is a literal $.
 VARIABLE = re.compile(r"(?<!\$)\$(?:\{(?P<braced>\w+)(?P<modifier>[^}]*)\}|(?P<bare>[A-Za-z_]\w*))")
 SECRET_REFERENCE = re.compile(r"\$\{LAKEHOUSE_\w+:\?[^}]+\}")
@@ -207,3 +210,42 @@ def test_postgres_is_ready_for_cdc(compose: dict[str, Any], external: Settings) 
     assert found == expected, (
         f"postgres POSTGRES_USER/POSTGRES_DB are {found}, postgres.user/database are {expected}"
     )
+
+
+def test_spark_cluster_matches_the_cluster_profile(
+    compose: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Spark's master and workers: the cluster profile's component names, its port layout
+    (from spark.master's port), worker sizes, loopback binding, no REST submission port."""
+    services = compose["services"]
+    master_args = tokens(services["spark-master"]["command"])
+    port = int(master_args[master_args.index("--port") + 1])
+    cluster = load_settings(
+        "cluster",
+        environ={"LAKEHOUSE_CONFIG": str(PROJECT_DIR / "lakehouse.yaml"),
+                 "LAKEHOUSE_SPARK__MASTER": f"spark://127.0.0.1:{port}"},
+        project_dir=tmp_path_factory.mktemp("no-env"),
+    )
+    components = spark_cluster(cluster, StateLayout(Path("state"), Path("tools")))
+    names = [c.name for c in components]
+    assert {n for n in services if n.startswith("spark-")} == set(names)
+    for component in components:
+        service = services[component.name]
+        args = tokens(service["command"])
+        main = MASTER_CLASS if component.name == "spark-master" else WORKER_CLASS
+        assert main in args, f"{component.name} runs {args}, expected {main}"
+        expected = component.arguments()[:6]  # --host, --port, --webui-port
+        assert args[args.index("--host"):args.index("--host") + 6] == expected, (
+            f"{component.name}: {args}, the cluster profile's component: {expected}")
+        if main == WORKER_CLASS:
+            assert args[-1] == cluster.spark.master, args
+            for option, value in (("--cores", str(cluster.embedded.spark_worker_cores)),
+                                  ("--memory", cluster.embedded.spark_worker_memory)):
+                assert args[args.index(option) + 1] == value, (component.name, option)
+        env = environment(service)
+        assert env.get("SPARK_LOCAL_IP") == "127.0.0.1", component.name
+        assert service.get("network_mode") == "host" and not service.get("ports"), (
+            f"{component.name}: host network, nothing published (it binds 127.0.0.1)")
+    master_env = environment(services["spark-master"])
+    assert master_env.get("SPARK_MASTER_OPTS") == \
+        components[0].environment()["SPARK_MASTER_OPTS"]

@@ -85,10 +85,27 @@ def test_missing_secret_is_reported_with_the_variable(project: Path) -> None:
 
 
 def test_project_config_profiles_all_load() -> None:
-    for profile in ("embedded", "test", "external"):
+    for profile in ("embedded", "test", "external", "replicated", "cluster"):
         settings = load_settings(profile)
         assert settings.profile == profile
     assert not load_settings("external").embedded.enabled
+
+
+def test_cluster_profile_ports_and_a_master_for_its_workers(project: Path) -> None:
+    """The cluster's Spark daemons take one block from spark.master's port, clear of the
+    embedded profile's ports; workers without a standalone master are refused."""
+    cluster = load_settings("cluster", environ={})
+    ports = [p for d in cluster.spark_daemons() for p in (d.port, d.ui_port)]
+    assert ports == list(range(17070, 17076))
+    assert cluster.spark.on_loopback and cluster.kafka.replication_factor == 3
+    embedded = load_settings("embedded", environ={})
+    assert not embedded.spark_daemons()
+    taken = {embedded.kafka.first_server()[1], embedded.connect.host_port()[1],
+             embedded.s3.host_port()[1], embedded.postgres.port}
+    assert not taken & ({n.port for n in cluster.kafka_nodes()} | set(ports))
+    with pytest.raises(ConfigError, match=r"spark.master is 'local\[2\]': with embedded."
+                                          r"spark_workers it must be spark://127.0.0.1:<port>"):
+        load_settings(environ={"LAKEHOUSE_EMBEDDED__SPARK_WORKERS": "2"}, project_dir=project)
 
 
 def test_env_file_gains_new_variables_and_keeps_the_old_values(tmp_path: Path) -> None:

@@ -1,0 +1,260 @@
+"""The `cluster` profile on one machine: three Kafka brokers, Connect, PostgreSQL, MinIO and
+a Spark standalone master with two workers, the pipeline submitted to it unchanged.
+
+One stack for the module, started through the CLI as a user would, on the test profile's
+ports + PORT_SHIFT and a state folder of its own, so it never meets the session's stack.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import yaml
+from confluent_kafka import Producer
+from confluent_kafka.admin import NewTopic
+
+from benchmarks.kafka_batches import watermarks
+from connectors.simulator.server import FeedSimulator
+from infra.clients import kafka_admin, kafka_config
+from infra.components.spark_cluster import master_state
+from infra.ports import wait_until
+from infra.stack import Stack
+from settings import Settings, load_settings
+from spark_streaming.bronze import bronze_table_name
+from tests.conftest import (
+    PROJECT_DIR,
+    TEST_PROFILE,
+    assert_nothing_left,
+    drop_trips,
+    read_delta,
+    run_cli,
+    stack_pids,
+)
+
+pytestmark = pytest.mark.cluster
+PROFILE = "cluster"
+PORT_SHIFT = 300  # test profile 21092 -> 21392 (test_replication's brokers use + 100)
+MASTER_BELOW_KAFKA = 22  # the Spark block (master, 2 workers): 21370..21375
+TABLES = PROJECT_DIR / "lakehouse" / "tables"
+# Columns that say when a row was written, not what it holds.
+WRITE_TIME = {"ingested_at", "applied_at"}
+GOLD_WRITE_TIME = WRITE_TIME | {"updated_at"}
+
+
+def cluster_env(test: Settings) -> dict[str, str]:
+    """Overrides that move the cluster profile to the test profile's ports + PORT_SHIFT."""
+    host, kafka = test.kafka.first_server()
+    connect_host, connect = test.connect.host_port()
+    s3_host, s3 = test.s3.host_port()
+    return {
+        "LAKEHOUSE_STATE_DIR": str(test.state_path / "cluster"),
+        "LAKEHOUSE_KAFKA__BOOTSTRAP_SERVERS": f"{host}:{kafka + PORT_SHIFT}",
+        "LAKEHOUSE_EMBEDDED__KAFKA_CONTROLLER_PORT":
+            str(test.embedded.kafka_controller_port + PORT_SHIFT),
+        "LAKEHOUSE_CONNECT__URL": f"http://{connect_host}:{connect + PORT_SHIFT}",
+        "LAKEHOUSE_S3__ENDPOINT": f"http://{s3_host}:{s3 + PORT_SHIFT}",
+        "LAKEHOUSE_POSTGRES__PORT": str(test.postgres.port + PORT_SHIFT),
+        "LAKEHOUSE_SIMULATOR__PORT": str(test.simulator.port + PORT_SHIFT),
+        "LAKEHOUSE_ANALYSIS__DOCS_PORT": str(test.analysis.docs_port + PORT_SHIFT),
+        "LAKEHOUSE_EMBEDDED__SQL_ENDPOINT_PORT": str(test.embedded.sql_endpoint_port
+                                                     + PORT_SHIFT),
+        "LAKEHOUSE_EMBEDDED__AIRFLOW_PORT": str(test.embedded.airflow_port + PORT_SHIFT),
+        "LAKEHOUSE_SPARK__MASTER":
+            f"spark://127.0.0.1:{kafka + PORT_SHIFT - MASTER_BELOW_KAFKA}",
+    }
+
+
+def scoped(env: dict[str, str], run: str, checkpoints: Path) -> dict[str, str]:
+    """`env` with tables, checkpoints and catalog of their own (one ingest's)."""
+    return {**env, "LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": f"test-cluster/{run}",
+            "LAKEHOUSE_LAKEHOUSE__CHECKPOINT_DIR": str(checkpoints / run),
+            "LAKEHOUSE_POSTGRES__METASTORE_DATABASE": f"metastore_{run}"}
+
+
+def settings_of(env: dict[str, str]) -> Settings:
+    return load_settings(PROFILE, environ={**os.environ, **env})
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[dict[str, str]]:
+    env = cluster_env(load_settings(TEST_PROFILE))
+    result = run_cli("up", profile=PROFILE, env=env, timeout=300)
+    assert result.returncode == 0, f"up failed:\n{result.stdout}\n{result.stderr}"
+    for name in ("spark-master", "spark-worker-1", "spark-worker-2", "kafka-3"):
+        assert f"{name}: healthy" in result.stderr or f"{name}: already healthy" \
+            in result.stderr, result.stderr
+    stack = Stack(settings_of(env))
+    pids = stack_pids(stack)
+    try:
+        yield env
+    finally:
+        result = run_cli("down", profile=PROFILE, env=env)
+        assert result.returncode == 0, result.stderr
+        assert_nothing_left(stack, pids)
+
+
+@dataclass(frozen=True)
+class Ingested:
+    env: dict[str, str]  # the cluster ingest's (tables, checkpoints, catalog)
+    local_env: dict[str, str]  # the same inputs read again on local[2]
+
+
+@pytest.fixture(scope="module")
+def ingested(cluster: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Ingested:
+    """`ingest --until-caught-up` on the cluster; then the same topics read again on
+    `local[2]` (sources and rentals traffic left out, so the inputs are the same records)."""
+    checkpoints = tmp_path_factory.mktemp("cluster-checkpoints")
+    run = uuid.uuid4().hex[:8]
+    env = scoped(cluster, f"c{run}", checkpoints)
+    settings = settings_of(env)
+    drop_trips(settings, run)
+    with FeedSimulator(port=settings.simulator.port, host=settings.simulator.host,
+                       seed=settings.simulator.seed):
+        result = run_cli("ingest", "--until-caught-up", profile=PROFILE, env=env,
+                         timeout=1500)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+        # Spark inside the driver; the stack's own workers are left out of this run's view
+        local_env = {**scoped(cluster, f"l{run}", checkpoints),
+                     "LAKEHOUSE_SPARK__MASTER": "local[2]",
+                     "LAKEHOUSE_EMBEDDED__SPARK_WORKERS": "0"}
+        again = run_cli("ingest", "--until-caught-up", "--skip", "connectors", "--skip",
+                        "rentals", profile=PROFILE, env=local_env, timeout=1500)
+        assert again.returncode == 0, (again.stdout + again.stderr)[-6000:]
+    return Ingested(env=env, local_env=local_env)
+
+
+def definitions(layer: str) -> list[dict[str, Any]]:
+    return [yaml.safe_load(path.read_text()) for path in sorted((TABLES / layer).glob("*.yaml"))]
+
+
+def by_key(table: pa.Table, key: list[str], left_out: set[str]) -> dict[tuple, tuple]:
+    """Rows by unique key, without write-time columns; floats to 9 digits (an aggregate's
+    sum may be added up in another order on other executors)."""
+    names = [n for n in table.column_names if n not in left_out]
+    rows: dict[tuple, tuple] = {}
+    for row in table.select(names).to_pylist():
+        values = tuple(round(v, 9) if isinstance(v, float) else v for v in row.values())
+        rows[tuple(row[k] for k in key)] = values
+    assert len(rows) == table.num_rows, "a key appears twice"
+    return rows
+
+
+@pytest.mark.parametrize("layer", ["silver", "gold"])
+def test_cluster_ingest_equals_local(ingested: Ingested, layer: str) -> None:
+    """Executors on two workers produce, key by key, what one local[2] process does."""
+    on_cluster, local = settings_of(ingested.env), settings_of(ingested.local_env)
+    ran_on_workers = {app["name"] for app in master_state(on_cluster)["completedapps"]}
+    assert "lakehouse-ingest" in ran_on_workers, ran_on_workers
+    left_out = GOLD_WRITE_TIME if layer == "gold" else WRITE_TIME
+    for definition in definitions(layer):
+        name, key = definition["name"], definition["unique_key"]
+        cluster_rows = by_key(read_delta(on_cluster, name), key, left_out)
+        local_rows = by_key(read_delta(local, name), key, left_out)
+        assert cluster_rows, f"{name}: no rows on the cluster"
+        differ = sorted(k for k in cluster_rows.keys() | local_rows.keys()
+                        if cluster_rows.get(k) != local_rows.get(k))
+        assert not differ, (f"{name}: {len(differ)} keys differ, e.g. {differ[0]}: cluster "
+                            f"{cluster_rows.get(differ[0])}, local {local_rows.get(differ[0])}")
+
+
+def produce_steadily(settings: Settings, topic: str, values: list[bytes], per_second: int,
+                     done: threading.Event) -> None:
+    """Produce `values` at about `per_second` (acks=all, idempotent), then set `done`."""
+    producer = Producer({**kafka_config(settings), "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 20})
+    began = time.monotonic()
+    for i, value in enumerate(values):
+        producer.produce(topic, key=f"station-{i % 50}".encode(), value=value)
+        if i % 100 == 0:
+            producer.poll(0)
+            time.sleep(max(0.0, began + i / per_second - time.monotonic()))
+    if producer.flush(60) == 0:
+        done.set()
+
+
+def test_killing_a_worker_and_a_broker_mid_stream_keeps_bronze_exactly_once(
+        cluster: dict[str, str], tmp_path: Path) -> None:
+    """Continuous bronze on the cluster over a topic of 3 replicas (min ISR 2) while an
+    idempotent acks=all producer writes to it; a Spark worker with its executor, then a
+    broker, killed with -9: the query goes on with the other worker's executor and the two
+    brokers left, and bronze holds every record exactly once at its Kafka offset."""
+    run = uuid.uuid4().hex[:8]
+    env = scoped(cluster, f"k{run}", tmp_path)
+    settings = settings_of(env)
+    topic = f"test.cluster.{run}"
+    admin = kafka_admin(settings)
+    admin.create_topics([NewTopic(topic, 3, 3, config={"min.insync.replicas": "2"})])[
+        topic].result(30)
+    table = bronze_table_name(topic)
+    count = 12_000
+    values = [b'{"n": %d}' % i for i in range(count)]
+
+    def stored() -> pa.Table:
+        try:
+            return read_delta(settings, table, ["partition", "offset", "value"])
+        except Exception:  # TableNotFoundError before the first batch commits
+            return pa.table({"partition": [], "offset": [], "value": []})
+
+    command = [sys.executable, "-m", "cli.main", "--profile", PROFILE, "bronze",
+               "--continuous", "--topic", topic, "--interval", "1 second",
+               "--max-offsets-per-trigger", "1500"]
+    bronze = subprocess.Popen(command, cwd=PROJECT_DIR, env={**os.environ, **env},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = 1_000  # before the query runs; the rest while the kills happen
+    produce_steadily(settings, topic, values[:first], 10_000, threading.Event())
+    produced = threading.Event()
+    producer = threading.Thread(target=produce_steadily,
+                                args=(settings, topic, values[first:], 400, produced),
+                                daemon=True)
+    stack = Stack(settings)
+    try:
+        assert wait_until(lambda: stored().num_rows > 0, 300, interval=2), \
+            "bronze wrote nothing in 300 s"
+        producer.start()
+        worker = stack.component("spark-worker-1").process.pid()
+        assert worker is not None
+        os.killpg(worker, signal.SIGKILL)  # the worker and its executor: a machine lost
+        at_worker_kill = stored().num_rows
+        broker = stack.component("kafka-2").process.pid()
+        assert broker is not None
+        os.kill(broker, signal.SIGKILL)
+        at_broker_kill = stored().num_rows
+        assert not produced.is_set(), "every record was produced before the kills"
+        producer.join(180)
+        assert produced.is_set(), "the producer did not get every record acknowledged"
+        assert wait_until(lambda: stored().num_rows >= count, 300, interval=2), \
+            f"bronze holds {stored().num_rows} of {count} records 300 s after the kills"
+        workers = master_state(settings)["workers"]
+        alive = {w["port"] for w in workers if w["state"] == "ALIVE"}
+        assert settings.spark_daemons()[1].port not in alive, workers
+    finally:
+        bronze.send_signal(signal.SIGINT)
+        output, _ = bronze.communicate(timeout=120)
+    assert bronze.returncode == 0, output[-4000:]
+    data = stored()
+    assert data.num_rows == count, f"{data.num_rows} rows for {count} records"
+    assert sorted(data["value"].to_pylist()) == sorted(values)
+    for partition, (low, high) in watermarks(settings, topic).items():
+        offsets = sorted(o for p, o in zip(data["partition"].to_pylist(),
+                                           data["offset"].to_pylist(), strict=True)
+                         if p == partition)
+        assert offsets == list(range(low, high)), f"partition {partition}"
+    print(f"\nrows in bronze when the worker died: {at_worker_kill}, the broker: "
+          f"{at_broker_kill}, at the end: {data.num_rows}")
+    # `up` brings the lost worker and broker back
+    result = run_cli("up", profile=PROFILE, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    for name in ("spark-worker-1", "kafka-2"):
+        assert f"{name}: healthy" in result.stderr, result.stderr
