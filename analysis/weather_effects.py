@@ -41,11 +41,19 @@ class WeatherEffects:
         return self.days >= MIN_DAYS and not self.comparable.empty
 
     @property
+    def weekdays_lower_when_rainy(self) -> int:
+        """The comparable weekdays whose rainy days averaged fewer rentals than dry ones."""
+        return int((self.comparable.rainy_mean < self.comparable.dry_mean).sum())
+
+    @property
     def rain_lowers_rentals(self) -> bool | None:
-        """Every comparable weekday has fewer rentals on its rainy days than its dry ones."""
+        """Rainy days have fewer rentals than dry days of the same weekday: on average over
+        the comparable weekdays, and on most of them. Not "on every one": a warm rainy day
+        may beat a cold dry one, the temperature being an effect of its own."""
         if not self.judged:
             return None
-        return bool((self.comparable.rainy_mean < self.comparable.dry_mean).all())
+        mostly = self.weekdays_lower_when_rainy * 2 > len(self.comparable)
+        return bool(mostly and self.rain_change is not None and self.rain_change < 0)
 
     @property
     def rain_change(self) -> float | None:
@@ -67,11 +75,11 @@ class WeatherEffects:
                     f"both dry and rainy days: too few to judge the weather's effect (it needs "
                     f"at least {MIN_DAYS} days and one weekday with both; "
                     "`lakehouse backfill` loads three weeks of history).")
-        rain = "fewer" if self.rain_lowers_rentals else "NOT always fewer"
+        rain = "have fewer" if self.rain_lowers_rentals else "do NOT have fewer"
         lines = [f"{self.days} days with weather.",
-                 f"Rain: rainy days have {rain} rentals than dry days of the same weekday "
-                 f"({len(self.comparable)} weekdays compared, {self.rain_change:+.0%} on "
-                 "average)."]
+                 f"Rain: rainy days {rain} rentals than dry days of the same weekday "
+                 f"(fewer on {self.weekdays_lower_when_rainy} of {len(self.comparable)} "
+                 f"weekdays compared, {self.rain_change:+.0%} on average)."]
         if self.temperature_fit is not None:
             slope = self.temperature_fit[0]
             trend = "more" if slope > 0 else "fewer"

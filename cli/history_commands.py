@@ -33,6 +33,7 @@ def backfill(ctx: click.Context, days: int) -> None:
     """
     from cli.ingest_service import start_simulator
     from connectors.backfill import Backfill, past_days
+    from spark_streaming.table_lock import running_alone
 
     settings = settings_of(ctx)
     try:
@@ -43,6 +44,8 @@ def backfill(ctx: click.Context, days: int) -> None:
         sys.exit(BAD_INPUT)
     with ExitStack() as resources:
         resources.callback(job.close)
+        # two backfills at once could both append a day before either marks it
+        resources.enter_context(running_alone(settings, "lakehouse backfill"))
         try:
             created = job.ensure_topics()
         except KafkaException as exc:
@@ -75,7 +78,9 @@ def replay(ctx: click.Context) -> None:
     on an emptied table (quarantine keeps its rows and gets none twice); then gold is
     brought up to date by its incremental job from silver's change feed. The result
     equals what the incremental ingest built. Refused (exit 3) while an ingest or another
-    job writes these tables.
+    job writes these tables. Every silver table is emptied before the queries start: a
+    replay that fails or is stopped leaves silver partly rebuilt (readers see fewer rows)
+    until `lakehouse replay` runs again to the end.
     """
     from spark_streaming.gold import METRICS, run_gold
     from spark_streaming.session import build_spark_session

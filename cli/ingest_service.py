@@ -242,10 +242,14 @@ def run_forever(spark: SparkSession, settings: Settings, options: IngestOptions,
     for thread in threads:  # bronze and silver end their current micro-batch first
         if thread.name != "gold":
             thread.join(timeout=60)
-    if driver_code is None:
-        # A gold round still running is cancelled, not waited for: it commits whole or not
-        # at all, and the next ingest's first round computes what it had not.
+    gold = next(thread for thread in threads if thread.name == "gold")
+    cancel_until = time.monotonic() + 60
+    while driver_code is None and gold.is_alive() and time.monotonic() < cancel_until:
+        # A gold round still running is cancelled, not waited for (each gold commit records
+        # its own progress: the next round computes what this one had not). Only gold runs
+        # jobs now; it may start another between two cancels, hence the loop.
         spark.sparkContext.cancelAllJobs()
+        gold.join(timeout=1)
     for thread in threads:
         thread.join(timeout=60)
     scraper.close()  # flushes what the scrapers still queue
@@ -263,13 +267,17 @@ def _gold_until(spark: SparkSession, settings: Settings, options: IngestOptions,
     from spark_streaming.gold import run_gold
     from spark_streaming.session import driver_ended
 
+    log = logging.getLogger("lakehouse.gold")
     clock = RetryClock("gold", report, settings.ingest.recovery_timeout_seconds)
     while not stop.wait(options.gold_interval_seconds):
         try:
-            written = run_gold(spark, settings, report=logging.getLogger("lakehouse.gold").info)
+            written = run_gold(spark, settings, report=log.info)
         except Exception as exc:  # any cause: the retry clock judges how long it lasts
-            if stop.is_set() or driver_ended(spark) is not None:
-                return  # stopping (its jobs cancelled), or the service reports the driver
+            if stop.is_set():  # its jobs were cancelled by the stop
+                log.info("the round in progress ended with the stop: %s", first_line(exc))
+                return
+            if driver_ended(spark) is not None:
+                return  # the service reports that itself
             clock.failed(first_line(exc))
             continue
         clock.recovered()

@@ -59,13 +59,19 @@ def test_backfilled_days_reach_every_layer_exactly_once(
     end = datetime(*done.days[-1].timetuple()[:3], tzinfo=UTC) + timedelta(days=1)
     trip_ids = {line.split(",", 1)[0] for line in lines}
     silver_trips = read_delta(scoped, "silver_trips", ["trip_id"])["trip_id"].to_pylist()
-    assert sum(t in trip_ids for t in silver_trips) == len(trip_ids)
+    kept = Counter(t for t in silver_trips if t in trip_ids)
+    assert set(kept) == trip_ids and set(kept.values()) == {1}
     hours = read_delta(scoped, "silver_weather_hourly", ["location_id", "observed_at"])
-    assert sum(first <= t < end for t in hours["observed_at"].to_pylist()) == \
-        done.totals["weather_hours"]
-    statuses = read_delta(scoped, "silver_station_status", ["last_updated"])
-    assert sum(first <= t < end for t in statuses["last_updated"].to_pylist()) == \
-        done.totals["station_statuses"]
+    hour_keys = Counter(key for key in zip(hours["location_id"].to_pylist(),
+                                           hours["observed_at"].to_pylist(), strict=True)
+                        if first <= key[1] < end)
+    assert len(hour_keys) == done.totals["weather_hours"] and set(hour_keys.values()) == {1}
+    statuses = read_delta(scoped, "silver_station_status", ["station_id", "last_updated"])
+    status_keys = Counter(key for key in zip(statuses["station_id"].to_pylist(),
+                                             statuses["last_updated"].to_pylist(), strict=True)
+                          if first <= key[1] < end)
+    assert len(status_keys) == done.totals["station_statuses"]
+    assert set(status_keys.values()) == {1}
 
     # gold: the day's trips are its rentals, with a whole day of weather
     gold = read_delta(scoped, "gold_rentals_daily_weather").to_pylist()
