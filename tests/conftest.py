@@ -234,14 +234,20 @@ def transformed_lakehouse(ingested_lakehouse: IngestedLakehouse) -> TransformedL
     return TransformedLakehouse(ingested=ingested_lakehouse, output=output, timings=timings)
 
 
+LATE_MODULES = ("tests/test_backfill.py", "tests/test_airflow.py", "tests/faults/")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Airflow's module runs late: its scheduler runs DAGs on the shared stack and its
-    transform DAG rebuilds the marts, so every other module sees the session's stack and
-    lakehouse as its own setup made them. The fault matrix runs last of all: it kills the
-    shared stack's servers (a Connect worker that rode out a broker restart may not start
-    new connectors, which Airflow's tests apply)."""
+    """Three modules run late, in this order, after every other module:
+    - the backfill's: its replay rebuilds the shared silver and gold in place, and asking
+      for the shared ingest first would start it before the modules that change the rentals
+      database (the ingest test then finds PostgreSQL ahead of silver);
+    - Airflow's: its scheduler runs DAGs on the shared stack and its transform DAG rebuilds
+      the marts;
+    - the fault matrix, last of all: it kills the shared stack's servers (a Connect worker
+      that rode out a broker restart may not start new connectors, which Airflow's tests
+      apply)."""
     def position(item: pytest.Item) -> int:
-        if item.nodeid.startswith("tests/faults/"):
-            return 2
-        return int(item.nodeid.startswith("tests/test_airflow.py"))
+        late = [i for i, prefix in enumerate(LATE_MODULES) if item.nodeid.startswith(prefix)]
+        return 1 + late[0] if late else 0
     items.sort(key=position)
