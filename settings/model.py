@@ -147,6 +147,10 @@ class PostgresSettings(_Section):
         }
 
 
+# Host names of a server on this machine (a standalone master the stack starts).
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+
+
 class SparkSettings(_Section):
     """Local Spark sized for a 2-core laptop; `master` may name a real cluster (with
     embedded.spark_workers, the standalone master the stack starts on this machine)."""
@@ -166,7 +170,7 @@ class SparkSettings(_Section):
         or a standalone master on 127.0.0.1): then every Spark process binds to loopback."""
         if self.master.startswith("local"):
             return True
-        return urlsplit(self.master).hostname in ("127.0.0.1", "localhost")
+        return urlsplit(self.master).hostname in LOOPBACK_HOSTS
 
 
 class LakehouseSettings(_Section):
@@ -382,7 +386,7 @@ class Settings(_Section):
     def spark_master_address(self) -> tuple[str, int]:
         """Host and port of spark.master when it names a standalone master on loopback."""
         parts = urlsplit(self.spark.master)
-        if parts.scheme != "spark" or parts.hostname not in ("127.0.0.1", "localhost") \
+        if parts.scheme != "spark" or parts.hostname not in LOOPBACK_HOSTS \
                 or parts.port is None:
             raise ValueError(f"spark.master is {self.spark.master!r}: with embedded."
                              "spark_workers it must be spark://127.0.0.1:<port>, the "
