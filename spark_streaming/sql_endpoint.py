@@ -54,7 +54,7 @@ def thrift_server_confs(settings: Settings) -> dict[str, str]:
     # the server opens a client session (and runs the `USE <database>` of a JDBC URL) on
     # its handler threads, which do not see spark.jars ("Cannot find catalog plugin class
     # ... DeltaCatalog" from beeline, measured); the PostgreSQL driver stays on it too.
-    class_path = [*confs["spark.jars"].split(","),
+    class_path = [*confs.get("spark.jars", "").split(","),
                   *confs.get("spark.driver.extraClassPath", "").split(os.pathsep)]
     confs["spark.driver.extraClassPath"] = os.pathsep.join(dict.fromkeys(p for p in class_path
                                                                          if p))

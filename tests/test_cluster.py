@@ -90,16 +90,16 @@ def settings_of(env: dict[str, str]) -> Settings:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[dict[str, str]]:
     env = cluster_env(load_settings(TEST_PROFILE))
-    result = run_cli("up", profile=PROFILE, env=env, timeout=300)
-    assert result.returncode == 0, f"up failed:\n{result.stdout}\n{result.stderr}"
-    for name in ("spark-master", "spark-worker-1", "spark-worker-2", "kafka-3"):
-        assert f"{name}: healthy" in result.stderr or f"{name}: already healthy" \
-            in result.stderr, result.stderr
     stack = Stack(settings_of(env))
-    pids = stack_pids(stack)
-    try:
+    try:  # a failed or timed-out `up` is stopped all the same
+        result = run_cli("up", profile=PROFILE, env=env, timeout=300)
+        assert result.returncode == 0, f"up failed:\n{result.stdout}\n{result.stderr}"
+        for name in ("spark-master", "spark-worker-1", "spark-worker-2", "kafka-3"):
+            assert f"{name}: healthy" in result.stderr or f"{name}: already healthy" \
+                in result.stderr, result.stderr
         yield env
     finally:
+        pids = stack_pids(stack)  # what runs now, a server the tests restarted included
         result = run_cli("down", profile=PROFILE, env=env)
         assert result.returncode == 0, result.stderr
         assert_nothing_left(stack, pids)
@@ -184,6 +184,7 @@ def produce_steadily(settings: Settings, topic: str, values: list[bytes], per_se
         done.set()
 
 
+@pytest.mark.timeout(1800)  # `make test` runs this module at a lower CPU priority
 def test_killing_a_worker_and_a_broker_mid_stream_keeps_bronze_exactly_once(
         cluster: dict[str, str], tmp_path: Path) -> None:
     """Continuous bronze on the cluster over a topic of 3 replicas (min ISR 2) while an

@@ -32,7 +32,7 @@ from infra.ports import port_is_free, wait_until
 from infra.stack import Stack
 from settings import Settings
 from spark_streaming import sql_endpoint as launch
-from spark_streaming.spark_conf import pyspark_home, spark_confs
+from spark_streaming.spark_conf import pyspark_home, spark_confs, spark_jars
 from tests.conftest import (
     PROJECT_DIR,
     IngestedLakehouse,
@@ -58,7 +58,7 @@ def test_the_server_gets_the_confs_of_every_spark_session(settings: Settings,
         if key != "spark.driver.extraClassPath":
             assert confs[key] == value, key
     class_path = confs["spark.driver.extraClassPath"].split(os.pathsep)
-    assert set(confs["spark.jars"].split(",")) <= set(class_path)
+    assert {str(jar) for jar in spark_jars(settings)} <= set(class_path)
     assert any(Path(p).name.startswith("postgresql-") for p in class_path)
 
     command = launch.thrift_server_command(settings, tmp_path / "endpoint.properties")
