@@ -17,6 +17,7 @@ from settings import Settings
 from spark_streaming.spark_conf import (
     LOOPBACK,
     QUIET_LOGGERS,
+    executor_python,
     metastore_has_schema,
     metastore_schema_lock,
     spark_confs,
@@ -33,7 +34,7 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse") -> Spar
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
         # workers import the installed (compiled) pyspark, not Spark's source zip
         use_compiled_pyspark(settings.state_path / "spark")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", executor_python(settings))
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     confs = spark_confs(settings, app_name)

@@ -13,6 +13,7 @@ import contextlib
 import importlib.util
 import os
 import re
+import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +38,9 @@ QUIET_LOGGERS = ("org.apache.hadoop.hive", "DataNucleus", "org.datanucleus",
                  "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor")
 # pg_advisory_lock key held while a process creates the metastore schema (any constant).
 METASTORE_SCHEMA_LOCK = 0x1A4E_5701
+# Spark's conf naming the executors' Python. A driver started from Python reads the
+# environment variable PYSPARK_PYTHON instead, so build_spark_session exports this value.
+PYSPARK_PYTHON_CONF = "spark.pyspark.python"
 
 
 def pyspark_home() -> Path:
@@ -145,12 +149,22 @@ def _jar_confs(master: str, jars: list[Path]) -> dict[str, str]:
     return {"spark.jars": ",".join(str(jar) for jar in jars)}
 
 
+def executor_python(settings: Settings) -> str:
+    """The interpreter executors run the pipeline's Python functions with (each function
+    carries it, as the driver's PYSPARK_PYTHON): spark.conf's spark.pyspark.python when the
+    profile names one for a cluster (workers with a Python of their own: the `compose`
+    profile, infra/spark/Dockerfile), else the driver's own, a path of this machine (the
+    standalone cluster the stack starts here, and local masters)."""
+    if settings.spark.master.startswith("local"):
+        return sys.executable
+    return settings.spark.conf.get(PYSPARK_PYTHON_CONF) or sys.executable
+
+
 def _executor_python(settings: Settings) -> dict[str, str]:
     """What executors on other JVMs need for the project's Python: its packages on their
-    workers' path. The interpreter itself comes with each Python function (the driver's
-    PYSPARK_PYTHON). Both are paths of this machine: right for the standalone cluster the
-    stack starts here; a remote cluster needs the same paths (one image for driver and
-    workers) or its own confs in spark.conf (docs/scaling.md)."""
+    workers' path, the project folder at the driver's path (the stack's own workers on this
+    machine; compose's workers mount it there). A cluster without that path needs its own
+    confs in spark.conf (docs/scaling.md)."""
     return {"spark.executorEnv.PYTHONPATH": str(settings.project_dir)}
 
 

@@ -85,10 +85,11 @@ def test_missing_secret_is_reported_with_the_variable(project: Path) -> None:
 
 
 def test_project_config_profiles_all_load() -> None:
-    for profile in ("embedded", "test", "external", "replicated", "cluster"):
+    for profile in ("embedded", "test", "external", "replicated", "cluster", "compose"):
         settings = load_settings(profile)
         assert settings.profile == profile
     assert not load_settings("external").embedded.enabled
+    assert not load_settings("compose").embedded.enabled
 
 
 def test_cluster_profile_ports_and_a_master_for_its_workers(project: Path) -> None:
