@@ -18,6 +18,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
+from deltalake.exceptions import DeltaError
 from pyspark.sql import SparkSession
 
 from connectors.scrapers.scheduler import Scraper, SourceProgress
@@ -28,6 +29,7 @@ from settings import Settings
 from spark_streaming.query_restarts import RetryClock, first_line
 
 Report = Callable[[str], None]
+LOG = logging.getLogger(__name__)
 
 
 class IngestError(Exception):
@@ -72,13 +74,15 @@ def bronze_topics(settings: Settings, report: Report) -> list[str]:
     return sorted(t for t in wanted if t in existing)
 
 
-def prepare(settings: Settings, options: IngestOptions, report: Report) -> None:
-    """Servers, tables, source database and connectors: all idempotent."""
+def prepare(settings: Settings, options: IngestOptions, report: Report,
+            spark: Callable[[], SparkSession]) -> None:
+    """Servers, tables, source database and connectors: all idempotent. `spark` gives the
+    ingest's own session, which the tables' DDL uses when there is any."""
     embedded = settings.embedded.enabled
     if embedded:
         run_step(settings, report, "up")
     run_step(settings, report, "topics", "apply")
-    run_step(settings, report, "tables", "apply")
+    apply_tables(settings, report, spark)
     write_dbt_sources(settings, report)
     if embedded and "rentals" not in options.skip:
         # the roles too: a server started by an older version has not got them yet
@@ -86,6 +90,31 @@ def prepare(settings: Settings, options: IngestOptions, report: Report) -> None:
         run_step(settings, report, "rentals", "seed")
     if "connectors" not in options.skip:
         run_step(settings, report, "connectors", "apply", "--wait")
+
+
+def apply_tables(settings: Settings, report: Report, spark: Callable[[], SparkSession]) -> None:
+    """`lakehouse tables apply`, in this process: the DDL runs on the ingest's own session
+    (one Spark start, and on a cluster one application, instead of two)."""
+    from lakehouse.catalog import registered_tables
+    from lakehouse.definitions import load_definitions
+    from lakehouse.storage import storage_options
+    from lakehouse.table_manager import apply_definitions
+
+    report("step: tables apply (in the ingest's Spark session)")
+    root = settings.tables_uri
+    try:
+        summary = apply_definitions(load_definitions(), root, storage_options(settings, root),
+                                    registered_tables(settings), spark,
+                                    lambda line: LOG.info("tables: %s", line.strip()))
+    except (DeltaError, OSError, ValueError) as exc:
+        raise IngestError(f"step `tables apply` cannot work on the tables under {root}: "
+                          f"{exc}") from None
+    report(f"tables: {summary.line()}")
+    problems = summary.failed + (["a table's definition holds a change that would break "
+                                  "readers (`lakehouse tables diff` shows it)"]
+                                 if summary.counts["refused"] else [])
+    if problems:
+        raise IngestError("step `tables apply` failed: " + "; ".join(problems))
 
 
 def write_dbt_sources(settings: Settings, report: Report) -> None:

@@ -8,6 +8,7 @@ import json
 import shutil
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
 
@@ -35,6 +36,9 @@ from infra.stack import Stack, replication_advice
 from settings import ConfigError
 from settings.env_file import ensure_env_file
 from spark_streaming.table_lock import TableBusy, running_alone
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 DISTRIBUTION = "lakehouse-ingest"  # pyproject.toml [project] name
 
@@ -235,26 +239,33 @@ def ingest(ctx: click.Context, until_caught_up: bool, interval: str,
                                     trigger_interval=interval, skip=set(skip))
     began = time.monotonic()
     try:
-        with running_alone(settings, "lakehouse ingest"):
-            service.prepare(settings, options, _say)
-            with contextlib.ExitStack() as resources:
-                service.start_simulator(settings, resources, _say)
-                spark = build_spark_session(settings, app_name="lakehouse-ingest")
-                resources.callback(stop_session, spark)
-                # After the session: pyspark installs its own SIGINT handler (cancel every job,
-                # raise KeyboardInterrupt) when the context starts; ours stops queries cleanly.
-                stop = resources.enter_context(stop_on_signals())
-                if until_caught_up:
-                    results = service.catch_up(spark, settings, options, _say)
-                    for layer, tables in results.items():
-                        for table, figures in sorted(tables.items()):
-                            _say(f"{layer}: {table}: {figures}")
-                    _say(f"[green]ingest caught up[/green] in {time.monotonic() - began:.0f} s")
-                else:
-                    _say("ingest running; Ctrl-C stops every query (an interrupted micro-batch is "
-                         "redone exactly once on the next start)")
-                    service.run_forever(spark, settings, options, _say, stop)
-                    _say("ingest stopped cleanly")
+        with running_alone(settings, "lakehouse ingest"), contextlib.ExitStack() as resources:
+            sessions: list[SparkSession] = []
+
+            def session() -> SparkSession:
+                """The ingest's one SparkSession, started by the first step that needs it."""
+                if not sessions:
+                    sessions.append(build_spark_session(settings, app_name="lakehouse-ingest"))
+                    resources.callback(stop_session, sessions[0])
+                return sessions[0]
+
+            service.prepare(settings, options, _say, session)
+            service.start_simulator(settings, resources, _say)
+            spark = session()
+            # After the session: pyspark installs its own SIGINT handler (cancel every job,
+            # raise KeyboardInterrupt) when the context starts; ours stops queries cleanly.
+            stop = resources.enter_context(stop_on_signals())
+            if until_caught_up:
+                results = service.catch_up(spark, settings, options, _say)
+                for layer, tables in results.items():
+                    for table, figures in sorted(tables.items()):
+                        _say(f"{layer}: {table}: {figures}")
+                _say(f"[green]ingest caught up[/green] in {time.monotonic() - began:.0f} s")
+            else:
+                _say("ingest running; Ctrl-C stops every query (an interrupted micro-batch is "
+                     "redone exactly once on the next start)")
+                service.run_forever(spark, settings, options, _say, stop)
+                _say("ingest stopped cleanly")
     except service.IngestError as exc:
         console.print(f"[red]ingest failed:[/red] {exc}")
         sys.exit(1)

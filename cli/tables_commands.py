@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 from deltalake.exceptions import DeltaError
@@ -19,6 +19,9 @@ from cli.terminal import console, say
 from lakehouse.definitions import DEFINITIONS_DIR, TableDefinition, load_definitions
 from lakehouse.storage import storage_options
 from settings import ConfigError, load_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 EXIT_DRIFT = FAILED
 EXIT_BREAKING = REFUSED
@@ -134,55 +137,45 @@ def apply(ctx: click.Context, definitions: Path | None, tables: tuple[str, ...])
     Idempotent: a second run reports nothing to do and commits nothing. A table whose
     plan holds a breaking change is left untouched (exit 3), with the reason.
     """
-    from lakehouse.table_manager import ApplyError, apply_plan, needs_spark, plan_tables
+    from lakehouse.table_manager import apply_definitions
 
     loaded = _definitions(definitions, tables)
     root, storage = _target(ctx)
     say(f"applying {len(loaded)} definitions to the tables under {root}")
-    counts = {"in sync": 0, "created": 0, "converged": 0, "registered": 0, "refused": 0}
-    failed = 0
     spark = None
-    try:
-        plans = plan_tables(loaded, root, storage, _catalog(ctx))
-        if any(needs_spark(plan) for plan in plans):
-            from spark_streaming.session import build_spark_session
 
-            say("starting Spark for the DDL")
-            spark = build_spark_session(load_settings(ctx.obj.get("profile")),
-                                        "lakehouse-tables-apply")
-        for plan in plans:
-            if plan.refused:
-                say(f"{plan.name}: REFUSED, nothing applied to this table:")
-                for change in plan.refused:
-                    console.print(f"    ! {change.describe()}", markup=False)
-            try:
-                outcome = apply_plan(spark, plan, storage, say)
-            except ApplyError as exc:
-                console.print(f"[red]error:[/red] {exc}", markup=False)
-                failed += 1
-                continue
-            counts[outcome.status] += 1
-            if outcome.status == "created":
-                say(f"{plan.name}: created (version {outcome.version_after})")
-            elif outcome.status == "registered":
-                say(f"{plan.name}: registered in the catalog")
-            elif outcome.status == "converged":
-                say(f"{plan.name}: converged (version {outcome.version_before} -> "
-                     f"{outcome.version_after})")
+    def start_spark() -> SparkSession:
+        nonlocal spark
+        from spark_streaming.session import build_spark_session
+
+        say("starting Spark for the DDL")
+        spark = build_spark_session(load_settings(ctx.obj.get("profile")),
+                                    "lakehouse-tables-apply")
+        return spark
+
+    try:
+        summary = apply_definitions(loaded, root, storage, _catalog(ctx), start_spark, _echo)
     except (DeltaError, OSError) as exc:
         _storage_failure(root, exc)
     finally:
         if spark is not None:
             spark.stop()
-    if counts["in sync"] == len(loaded) and not failed:
-        say(f"nothing to do: all {counts['in sync']} tables match their definitions")
-    else:
-        say(", ".join(f"{n} {status}" for status, n in counts.items())
-             + (f", {failed} failed" if failed else ""))
-    if counts["refused"]:
+    if summary.counts["refused"]:
         sys.exit(EXIT_BREAKING)
-    if failed:
+    if summary.failed:
         sys.exit(1)
+
+
+def _echo(line: str) -> None:
+    """apply's lines: a refused change or a failed step as a plain terminal line, the rest
+    as progress."""
+    if line.startswith("    ! "):
+        console.print(line, markup=False)
+    elif line.startswith("error: "):
+        console.print("[red]error:[/red] ", end="")
+        console.print(line.removeprefix("error: "), markup=False)
+    else:
+        say(line)
 
 
 @click.command()

@@ -376,3 +376,52 @@ def apply_plan(spark: SparkSession | None, plan: TablePlan, storage: dict[str, s
         _register(spark, plan, change)
     after = DeltaTable(plan.uri, storage_options=storage).version()
     return ApplyOutcome(plan.name, status, plan.version, after)
+
+
+STATUSES = ("in sync", "created", "converged", "registered", "refused")
+
+
+@dataclass
+class ApplySummary:
+    counts: dict[str, int]  # status -> tables
+    failed: list[str]  # one message per table whose step failed
+
+    def line(self) -> str:
+        return ", ".join(f"{n} {status}" for status, n in self.counts.items()) + (
+            f", {len(self.failed)} failed" if self.failed else "")
+
+
+def apply_definitions(definitions: list[TableDefinition], root: str, storage: dict[str, str],
+                      catalog: dict[str, str], spark: Callable[[], SparkSession],
+                      report: Report) -> ApplySummary:
+    """Plan every definition, then carry the plans out; `spark` is called (once) only when
+    a plan needs DDL, so a run with nothing to do starts no Spark, and the ingest hands in
+    the session it runs its queries with. A refused table is reported change by change and
+    left alone; a failed one is reported and the others still applied."""
+    summary = ApplySummary(counts=dict.fromkeys(STATUSES, 0), failed=[])
+    plans = plan_tables(definitions, root, storage, catalog)
+    session = spark() if any(needs_spark(plan) for plan in plans) else None
+    for plan in plans:
+        if plan.refused:
+            report(f"{plan.name}: REFUSED, nothing applied to this table:")
+            for change in plan.refused:
+                report(f"    ! {change.describe()}")
+        try:
+            outcome = apply_plan(session, plan, storage, report)
+        except ApplyError as exc:
+            report(f"error: {exc}")
+            summary.failed.append(str(exc))
+            continue
+        summary.counts[outcome.status] += 1
+        if outcome.status == "created":
+            report(f"{plan.name}: created (version {outcome.version_after})")
+        elif outcome.status == "registered":
+            report(f"{plan.name}: registered in the catalog")
+        elif outcome.status == "converged":
+            report(f"{plan.name}: converged (version {outcome.version_before} -> "
+                   f"{outcome.version_after})")
+    if summary.counts["in sync"] == len(definitions) and not summary.failed:
+        report(f"nothing to do: all {len(definitions)} tables match their definitions")
+    else:
+        report(summary.line())
+    return summary
