@@ -80,6 +80,17 @@ def test_same_seed_same_feeds_and_ticks_change_statuses_only() -> None:
         assert _get(other, "/gbfs/3.0/station_information.json").json() != info_before
 
 
+def test_a_larger_system_for_benchmarks_keeps_ids_and_names_unique() -> None:
+    with FeedSimulator(port=0, seed=9, start_time=START, station_count=60,
+                       vehicle_count=120) as big:
+        stations = _get(big, "/gbfs/3.0/station_information.json").json()["data"]["stations"]
+        assert len(stations) == 61  # and the virtual station
+        assert len({s["station_id"] for s in stations}) == 61
+        assert len({s["name"][0]["text"] for s in stations}) == 61
+        vehicles = _get(big, "/gbfs/3.0/vehicle_status.json").json()["data"]["vehicles"]
+        assert len({v["vehicle_id"] for v in vehicles}) == len(vehicles) > 48
+
+
 def test_etag_and_last_modified_answer_304_until_the_feed_changes(sim: FeedSimulator) -> None:
     first = _get(sim, "/gbfs/3.0/station_status.json")
     assert first.headers["Cache-Control"] == "max-age=0"

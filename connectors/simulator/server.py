@@ -301,12 +301,14 @@ class FeedSimulator:
 
     def __init__(self, port: int = 0, host: str = "127.0.0.1", seed: int = 42, ttl: int = 60,
                  tick_interval: float | None = None, step_seconds: int = 60,
-                 start_time: int | None = None) -> None:
+                 start_time: int | None = None, station_count: int = 24,
+                 vehicle_count: int = 48) -> None:
         now = int(time.time())
         start = start_time if start_time is not None else now - now % 60
         # Auto-advancing systems step by their tick interval, so simulated time tracks the clock.
         step = int(tick_interval) if tick_interval else step_seconds
-        system = BikeSystem(seed=seed, start_time=start, step_seconds=max(1, step))
+        system = BikeSystem(seed=seed, start_time=start, step_seconds=max(1, step),
+                            station_count=station_count, vehicle_count=vehicle_count)
         self.state = _State(system, ttl, tick_interval)
         handler = type("Handler", (_Handler,), {"state": self.state})
         self._server = _Server((host, port), handler)

@@ -102,7 +102,11 @@ class BikeSystem:
 
     def _build(self) -> None:
         rng = self._rng
-        places = rng.sample(_PLACES, self.station_count)
+        places = rng.sample(_PLACES, min(self.station_count, len(_PLACES)))
+        # a larger system (benchmarks) numbers the places again: "Harbour 2", ...
+        places += [(f"{english} {n // len(_PLACES) + 1}", f"{french} {n // len(_PLACES) + 1}")
+                   for n in range(len(places), self.station_count)
+                   for english, french in [_PLACES[n % len(_PLACES)]]]
         for index, (english, french) in enumerate(places):
             angle = rng.uniform(0, 2 * math.pi)
             radius = rng.uniform(0.002, 0.03)
