@@ -176,16 +176,16 @@ def _run(settings: Settings, report: Any) -> dict[str, Any]:
     first = (int(row[0]) if row else 0) + 1_000_000  # ids clear of the traffic generator's
     capture = cdc_capture(settings)
     assert capture is not None, "no connector file names a publication"
-    with postgres_connect(settings) as conn:
-        ensure_publication(conn, slot, capture.tables)
-    admin = kafka_admin(settings)
-    replicas = settings.kafka.replication_factor
-    for future in admin.create_topics([NewTopic(t, 1, replicas)
-                                       for t in (topic, baseline_topic)]).values():
-        future.result(timeout=30)
     connect_pid = Stack(settings).component("kafka-connect").process.pid()
     assert connect_pid is not None, "the Kafka Connect worker is not running"
     try:
+        with postgres_connect(settings) as conn:
+            ensure_publication(conn, slot, capture.tables)
+        admin = kafka_admin(settings)
+        replicas = settings.kafka.replication_factor
+        for future in admin.create_topics([NewTopic(t, 1, replicas)
+                                           for t in (topic, baseline_topic)]).values():
+            future.result(timeout=30)
         with tempfile.TemporaryDirectory(prefix="bench-cdc-") as folder:
             (Path(folder) / f"{name}.json").write_text(json.dumps(document, indent=2))
             applied = subprocess.run(
@@ -242,24 +242,41 @@ def _wait_slot(settings: Settings, slot: str, active: bool) -> None:
 
 def _clean_up(settings: Settings, name: str, slot: str, topics: list[str], first: int,
               report: Any) -> None:
-    with ConnectClient.of(settings) as client:
-        client.delete(name)
-        deadline = time.monotonic() + 30
-        while name in client.connector_names() and time.monotonic() < deadline:
-            time.sleep(0.3)
-    _wait_slot(settings, slot, False)
-    with postgres_connect(settings) as conn:
-        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                     "WHERE slot_name = %s", (slot,))
-        conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(slot)))
-    with connect(settings) as conn:
-        conn.execute("DELETE FROM rentals WHERE rental_id >= %s", (first,))
-    admin = kafka_admin(settings)
-    present = set(admin.list_topics(timeout=10).topics)
-    doomed = [t for t in topics if t in present]
-    if doomed:
-        for future in admin.delete_topics(doomed).values():
-            future.result(timeout=30)
-    report(f"removed connector {name}, slot and publication {slot}, topics {doomed} and the "
-           "run's rentals")
+    """Remove what the run made, each step on its own: one failing does not keep the
+    others (or the run's own error) from happening."""
+    def connector() -> None:
+        with ConnectClient.of(settings) as client:
+            if name in client.connector_names():
+                client.delete(name)
+            deadline = time.monotonic() + 30
+            while name in client.connector_names() and time.monotonic() < deadline:
+                time.sleep(0.3)
+        _wait_slot(settings, slot, False)
 
+    def slot_and_publication() -> None:
+        with postgres_connect(settings) as conn:
+            conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM "
+                         "pg_replication_slots WHERE slot_name = %s", (slot,))
+            conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(slot)))
+
+    def rentals() -> None:
+        with connect(settings) as conn:
+            conn.execute("DELETE FROM rentals WHERE rental_id >= %s", (first,))
+
+    def kafka_topics() -> None:
+        admin = kafka_admin(settings)
+        present = set(admin.list_topics(timeout=10).topics)
+        doomed = [t for t in topics if t in present]
+        if doomed:
+            for future in admin.delete_topics(doomed).values():
+                future.result(timeout=30)
+
+    steps = {"connector": connector, "slot and publication": slot_and_publication,
+             "the run's rentals": rentals, "topics": kafka_topics}
+    for what, step in steps.items():
+        try:
+            step()
+        except Exception as exc:  # go on with the other steps; say what is left behind
+            report(f"clean-up: could not remove {what} ({slot}): {exc}")
+    report(f"removed connector {name}, slot and publication {slot}, topics {topics} and the "
+           "run's rentals")

@@ -96,29 +96,31 @@ def _measure(settings: Settings, lake: Settings, report: Any) -> dict[str, Any]:
         began = time.monotonic()
         spark = build_spark_session(settings, app_name="bench-gold")
         session_s = time.monotonic() - began
-        ensure_tables(spark, lake, [SILVER_TABLE, GOLD_TABLE], lambda _msg: None)
-        report(f"seeding {SILVER_TABLE} with {ROWS:,} rows ({STATIONS} stations, one status "
-               f"a minute each: {ROWS // STATIONS:,} minutes)")
-        began = time.monotonic()
-        _append_statuses(spark, lake, 0, ROWS, start_epoch)
-        seed_s = time.monotonic() - began
-        report(f"seeded in {seed_s:.1f} s; first gold run (builds in full, warms the JVM)")
-        load_before = round(os.getloadavg()[0], 2)
-        first = _timed(spark, lake, sampler, False, report)
-        report(f"first run: {first['s']} s; appending {NEW_ROWS:,} new silver rows, "
-               "incremental warm-up run")
-        _append_statuses(spark, lake, ROWS, NEW_ROWS, start_epoch)
-        warm_up = _timed(spark, lake, sampler, False, report)
-        report(f"incremental warm-up: {warm_up['s']} s; {NEW_ROWS:,} more silver rows, "
-               "measured incremental run")
-        _append_statuses(spark, lake, ROWS + NEW_ROWS, NEW_ROWS, start_epoch)
-        incremental = _timed(spark, lake, sampler, False, report)
-        rows_after_incremental = _gold_rows(spark, lake)
-        report(f"incremental: {incremental['s']} s; rebuild over the same silver")
-        rebuild = _timed(spark, lake, sampler, True, report)
-        rows_after_rebuild = _gold_rows(spark, lake)
-        report(f"rebuild: {rebuild['s']} s")
-        spark.stop()
+        try:
+            ensure_tables(spark, lake, [SILVER_TABLE, GOLD_TABLE], lambda _msg: None)
+            report(f"seeding {SILVER_TABLE} with {ROWS:,} rows ({STATIONS} stations, one status "
+                   f"a minute each: {ROWS // STATIONS:,} minutes)")
+            began = time.monotonic()
+            _append_statuses(spark, lake, 0, ROWS, start_epoch)
+            seed_s = time.monotonic() - began
+            report(f"seeded in {seed_s:.1f} s; first gold run (builds in full, warms the JVM)")
+            load_before = round(os.getloadavg()[0], 2)
+            first = _timed(spark, lake, sampler, False, report)
+            report(f"first run: {first['s']} s; appending {NEW_ROWS:,} new silver rows, "
+                   "incremental warm-up run")
+            _append_statuses(spark, lake, ROWS, NEW_ROWS, start_epoch)
+            warm_up = _timed(spark, lake, sampler, False, report)
+            report(f"incremental warm-up: {warm_up['s']} s; {NEW_ROWS:,} more silver rows, "
+                   "measured incremental run")
+            _append_statuses(spark, lake, ROWS + NEW_ROWS, NEW_ROWS, start_epoch)
+            incremental = _timed(spark, lake, sampler, False, report)
+            rows_after_incremental = _gold_rows(spark, lake)
+            report(f"incremental: {incremental['s']} s; rebuild over the same silver")
+            rebuild = _timed(spark, lake, sampler, True, report)
+            rows_after_rebuild = _gold_rows(spark, lake)
+            report(f"rebuild: {rebuild['s']} s")
+        finally:
+            spark.stop()
     if rows_after_incremental != rows_after_rebuild:
         raise RuntimeError(f"incremental left {rows_after_incremental} gold rows, the "
                            f"rebuild {rows_after_rebuild}")

@@ -25,7 +25,7 @@ from connectors.scrapers.scheduler import Scraper, SourceProgress
 from connectors.scrapers.source_config import load_sources
 from connectors.simulator.server import FeedSimulator
 from infra.ports import port_is_free
-from settings import Settings
+from settings import ConfigError, Settings
 from spark_streaming.query_restarts import RetryClock, first_line
 
 Report = Callable[[str], None]
@@ -102,17 +102,25 @@ def apply_tables(settings: Settings, report: Report, spark: Callable[[], SparkSe
 
     report("step: tables apply (in the ingest's Spark session)")
     root = settings.tables_uri
+
+    def route(line: str) -> None:
+        """A refused change or a failed step on the terminal, the rest to the log file."""
+        if "REFUSED" in line or line.startswith(("    ! ", "error: ")):
+            report(line)
+        else:
+            LOG.info("tables: %s", line.strip())
+
     try:
-        summary = apply_definitions(load_definitions(), root, storage_options(settings, root),
-                                    registered_tables(settings), spark,
-                                    lambda line: LOG.info("tables: %s", line.strip()))
-    except (DeltaError, OSError, ValueError) as exc:
+        storage = storage_options(settings, root)
+        summary = apply_definitions(load_definitions(), root, storage,
+                                    registered_tables(settings), spark, route)
+    except (DeltaError, OSError, ValueError, ConfigError) as exc:
         raise IngestError(f"step `tables apply` cannot work on the tables under {root}: "
                           f"{exc}") from None
     report(f"tables: {summary.line()}")
-    problems = summary.failed + (["a table's definition holds a change that would break "
-                                  "readers (`lakehouse tables diff` shows it)"]
-                                 if summary.counts["refused"] else [])
+    problems = summary.failed + [f"{name}: its definition holds a change that would break "
+                                 "readers (`lakehouse tables diff` shows it)"
+                                 for name in summary.refused]
     if problems:
         raise IngestError("step `tables apply` failed: " + "; ".join(problems))
 
@@ -358,7 +366,7 @@ def _watch_until(settings: Settings, options: IngestOptions, report: Report,
                 try:
                     check()
                 except Exception:  # a server still settling: asked again at the next check
-                    logging.getLogger(__name__).info("watch: check failed", exc_info=True)
+                    LOG.info("watch: check failed", exc_info=True)
     finally:
         if connector_watch is not None:
             connector_watch.close()

@@ -267,7 +267,8 @@ def ingest(ctx: click.Context, until_caught_up: bool, interval: str,
                 service.run_forever(spark, settings, options, _say, stop)
                 _say("ingest stopped cleanly")
     except service.IngestError as exc:
-        console.print(f"[red]ingest failed:[/red] {exc}")
+        console.print("[red]ingest failed:[/red] ", end="")
+        console.print(str(exc), markup=False)
         sys.exit(1)
 
 

@@ -138,11 +138,12 @@ def apply(ctx: click.Context, definitions: Path | None, tables: tuple[str, ...])
     plan holds a breaking change is left untouched (exit 3), with the reason.
     """
     from lakehouse.table_manager import apply_definitions
+    from spark_streaming.session import stop_session
 
     loaded = _definitions(definitions, tables)
     root, storage = _target(ctx)
     say(f"applying {len(loaded)} definitions to the tables under {root}")
-    spark = None
+    spark: SparkSession | None = None
 
     def start_spark() -> SparkSession:
         nonlocal spark
@@ -159,7 +160,7 @@ def apply(ctx: click.Context, definitions: Path | None, tables: tuple[str, ...])
         _storage_failure(root, exc)
     finally:
         if spark is not None:
-            spark.stop()
+            stop_session(spark)
     if summary.counts["refused"]:
         sys.exit(EXIT_BREAKING)
     if summary.failed:

@@ -385,6 +385,7 @@ STATUSES = ("in sync", "created", "converged", "registered", "refused")
 class ApplySummary:
     counts: dict[str, int]  # status -> tables
     failed: list[str]  # one message per table whose step failed
+    refused: list[str] = field(default_factory=list)  # tables with a breaking change
 
     def line(self) -> str:
         return ", ".join(f"{n} {status}" for status, n in self.counts.items()) + (
@@ -403,6 +404,7 @@ def apply_definitions(definitions: list[TableDefinition], root: str, storage: di
     session = spark() if any(needs_spark(plan) for plan in plans) else None
     for plan in plans:
         if plan.refused:
+            summary.refused.append(plan.name)
             report(f"{plan.name}: REFUSED, nothing applied to this table:")
             for change in plan.refused:
                 report(f"    ! {change.describe()}")

@@ -160,7 +160,7 @@ def executor_python(settings: Settings) -> str:
     return settings.spark.conf.get(PYSPARK_PYTHON_CONF) or sys.executable
 
 
-def _executor_python(settings: Settings) -> dict[str, str]:
+def _executor_pythonpath(settings: Settings) -> dict[str, str]:
     """What executors on other JVMs need for the project's Python: its packages on their
     workers' path, the project folder at the driver's path (the stack's own workers on this
     machine; compose's workers mount it there). A cluster without that path needs its own
@@ -206,7 +206,7 @@ def spark_confs(settings: Settings, app_name: str) -> dict[str, str]:
             "spark.driver.bindAddress": LOOPBACK,
         })
     if not spark.master.startswith("local"):
-        confs.update(_executor_python(settings))
+        confs.update(_executor_pythonpath(settings))
     confs.update(spark.conf)
     return confs
 

@@ -70,6 +70,7 @@ def cluster_env(test: Settings) -> dict[str, str]:
         "LAKEHOUSE_ANALYSIS__DOCS_PORT": str(test.analysis.docs_port + PORT_SHIFT),
         "LAKEHOUSE_EMBEDDED__SQL_ENDPOINT_PORT": str(test.embedded.sql_endpoint_port
                                                      + PORT_SHIFT),
+        # never started here: + 300 lands on the test profile's docs port
         "LAKEHOUSE_EMBEDDED__AIRFLOW_PORT": str(test.embedded.airflow_port + PORT_SHIFT),
         "LAKEHOUSE_SPARK__MASTER":
             f"spark://127.0.0.1:{kafka + PORT_SHIFT - MASTER_BELOW_KAFKA}",

@@ -25,7 +25,7 @@ from infra.components.spark_cluster import MASTER_CLASS, WORKER_CLASS, spark_clu
 from infra.layout import StateLayout
 from infra.stack import Stack
 from settings import Settings, load_settings
-from spark_streaming.spark_conf import _executor_python, executor_python
+from spark_streaming.spark_conf import _executor_pythonpath, executor_python
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = PROJECT_DIR / "infra" / "docker-compose.yml"
@@ -444,7 +444,7 @@ def test_workers_import_the_project_at_the_drivers_path(
     """The executors' PYTHONPATH is the driver's project folder: each worker mounts the
     project there (LAKEHOUSE_PROJECT_DIR, the loader's own name for it), read-only."""
     settings = profile("compose", tmp_path_factory, **{PROJECT_VARIABLE: SOME_PROJECT_DIR})
-    path = _executor_python(settings)["spark.executorEnv.PYTHONPATH"]
+    path = _executor_pythonpath(settings)["spark.executorEnv.PYTHONPATH"]
     assert path == SOME_PROJECT_DIR
     for component in spark_cluster(settings, StateLayout(Path("state"), Path("tools")))[1:]:
         found = [(source, interpolate(target, {PROJECT_VARIABLE: SOME_PROJECT_DIR}), ro)
