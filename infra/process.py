@@ -2,7 +2,11 @@
 
 Each server runs in its own session (process group), so stopping it also stops anything
 it spawned. A PID file is trusted only while that PID still runs the expected program
-and started no earlier than the file was written (PIDs get reused).
+and is the very process that was started (PIDs get reused): the file holds the PID and
+when the process started, counted from the machine's boot, which a change of the wall
+clock does not move. (Comparing wall-clock times did: a VM's clock stepped forward by
+61 s made every running server look younger than its PID file, whose removal then lost
+track of the whole stack.)
 """
 
 from __future__ import annotations
@@ -17,6 +21,16 @@ from pathlib import Path
 
 import psutil
 
+# How far two readings of one process's start (seconds since boot) may differ: the boot
+# time the kernel reports is whole seconds, derived from the wall clock.
+SAME_START_SECONDS = 1.5
+
+
+def _since_boot(proc: psutil.Process) -> float:
+    """When `proc` started, in seconds since the machine booted. Both terms move together
+    when the wall clock is set, so their difference does not."""
+    return proc.create_time() - psutil.boot_time()
+
 
 @dataclass(frozen=True)
 class ManagedProcess:
@@ -29,14 +43,19 @@ class ManagedProcess:
     def pid(self) -> int | None:
         """PID of the live process this file names, else None (stale files are removed)."""
         try:
-            pid = int(self.pid_file.read_text().split()[0])
+            fields = self.pid_file.read_text().split()
+            pid = int(fields[0])
+            started = float(fields[1]) if len(fields) > 1 else None
         except (FileNotFoundError, ValueError, IndexError):
             return None
         try:
             proc = psutil.Process(pid)
             alive = proc.status() != psutil.STATUS_ZOMBIE
             matches = self.marker in " ".join(proc.cmdline())
-            fresh = proc.create_time() <= self.pid_file.stat().st_mtime + 1
+            if started is not None:
+                fresh = abs(_since_boot(proc) - started) <= SAME_START_SECONDS
+            else:  # a file written before the start time was kept in it
+                fresh = proc.create_time() <= self.pid_file.stat().st_mtime + 1
         except (psutil.NoSuchProcess, psutil.AccessDenied, FileNotFoundError):
             alive = matches = fresh = False
         if alive and matches and fresh:
@@ -81,7 +100,11 @@ class ManagedProcess:
                 user=user,
                 group=user,
             )
-        self.pid_file.write_text(f"{proc.pid}\n")
+        try:
+            stamp = f"{proc.pid} {_since_boot(psutil.Process(proc.pid)):.2f}\n"
+        except psutil.NoSuchProcess:  # ended already: the file names a dead process
+            stamp = f"{proc.pid}\n"
+        self.pid_file.write_text(stamp)
         return proc.pid
 
     def exited_early(self) -> int | None:
