@@ -1,8 +1,8 @@
 """Start, find and stop one background server through its PID file.
 
 Each server runs in its own session (process group), so stopping it also stops anything
-it spawned. A PID file is trusted only while that PID still runs the expected program
-and is the very process that was started (PIDs get reused): the file holds the PID and
+it spawned. A PID file is trusted only while its PID is still the very process that was
+started (PIDs get reused): the file holds the PID and
 when the process started, counted from the machine's boot, which a change of the wall
 clock does not move. (Comparing wall-clock times did: a VM's clock stepped forward by
 61 s made every running server look younger than its PID file, whose removal then lost
@@ -37,7 +37,8 @@ class ManagedProcess:
     name: str
     pid_file: Path
     log_file: Path
-    # A word that must appear in the process's command line for its PID file to count.
+    # A word in the process's command line: what identifies it in a PID file of an older
+    # version, which holds the PID alone.
     marker: str
 
     def pid(self) -> int | None:
@@ -51,14 +52,16 @@ class ManagedProcess:
         try:
             proc = psutil.Process(pid)
             alive = proc.status() != psutil.STATUS_ZOMBIE
-            matches = self.marker in " ".join(proc.cmdline())
             if started is not None:
-                fresh = abs(_since_boot(proc) - started) <= SAME_START_SECONDS
+                # the same PID started at the same tick: the very process (its command
+                # line is not asked: right after the start it may not show the program yet)
+                ours = abs(_since_boot(proc) - started) <= SAME_START_SECONDS
             else:  # a file written before the start time was kept in it
-                fresh = proc.create_time() <= self.pid_file.stat().st_mtime + 1
+                ours = (self.marker in " ".join(proc.cmdline())
+                        and proc.create_time() <= self.pid_file.stat().st_mtime + 1)
         except (psutil.NoSuchProcess, psutil.AccessDenied, FileNotFoundError):
-            alive = matches = fresh = False
-        if alive and matches and fresh:
+            alive = ours = False
+        if alive and ours:
             return pid
         self.pid_file.unlink(missing_ok=True)
         return None

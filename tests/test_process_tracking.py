@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
+from infra.ports import wait_until
 from infra.process import ManagedProcess
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)  # lakehouse-pid-test"]
@@ -21,7 +22,10 @@ SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)  # lakehouse-pid-
 def started(tmp_path: Path) -> Iterator[ManagedProcess]:
     process = ManagedProcess(name="sleeper", pid_file=tmp_path / "sleeper.pid",
                              log_file=tmp_path / "sleeper.log", marker="lakehouse-pid-test")
-    process.start(SLEEPER)
+    pid = process.start(SLEEPER)
+    # the started program, not the forked parent's copy any more (old-format files need it)
+    assert wait_until(lambda: "lakehouse-pid-test" in " ".join(psutil.Process(pid).cmdline()),
+                      10, interval=0.05)
     yield process
     process.stop(timeout=5)
 
@@ -56,5 +60,4 @@ def test_a_file_from_before_the_start_stamp_is_still_read(started: ManagedProces
     """A stack started by an earlier version wrote the PID alone."""
     pid = started.pid()
     started.pid_file.write_text(f"{pid}\n")
-    time.sleep(0.05)
     assert started.pid() == pid
