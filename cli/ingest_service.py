@@ -102,18 +102,11 @@ def apply_tables(settings: Settings, report: Report, spark: Callable[[], SparkSe
 
     report("step: tables apply (in the ingest's Spark session)")
     root = settings.tables_uri
-
-    def route(line: str) -> None:
-        """A refused change or a failed step on the terminal, the rest to the log file."""
-        if "REFUSED" in line or line.startswith(("    ! ", "error: ")):
-            report(line)
-        else:
-            LOG.info("tables: %s", line.strip())
-
     try:
         storage = storage_options(settings, root)
         summary = apply_definitions(load_definitions(), root, storage,
-                                    registered_tables(settings), spark, route)
+                                    registered_tables(settings), spark,
+                                    lambda line: LOG.info("tables: %s", line), report)
     except (DeltaError, OSError, ValueError, ConfigError) as exc:
         raise IngestError(f"step `tables apply` cannot work on the tables under {root}: "
                           f"{exc}") from None

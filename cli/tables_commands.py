@@ -155,7 +155,8 @@ def apply(ctx: click.Context, definitions: Path | None, tables: tuple[str, ...])
         return spark
 
     try:
-        summary = apply_definitions(loaded, root, storage, _catalog(ctx), start_spark, _echo)
+        summary = apply_definitions(loaded, root, storage, _catalog(ctx), start_spark, say,
+                                    lambda line: console.print(line, markup=False))
     except (DeltaError, OSError) as exc:
         _storage_failure(root, exc)
     finally:
@@ -165,18 +166,6 @@ def apply(ctx: click.Context, definitions: Path | None, tables: tuple[str, ...])
         sys.exit(EXIT_BREAKING)
     if summary.failed:
         sys.exit(1)
-
-
-def _echo(line: str) -> None:
-    """apply's lines: a refused change or a failed step as a plain terminal line, the rest
-    as progress."""
-    if line.startswith("    ! "):
-        console.print(line, markup=False)
-    elif line.startswith("error: "):
-        console.print("[red]error:[/red] ", end="")
-        console.print(line.removeprefix("error: "), markup=False)
-    else:
-        say(line)
 
 
 @click.command()

@@ -2,11 +2,10 @@
 
 Each server runs in its own session (process group), so stopping it also stops anything
 it spawned. A PID file is trusted only while its PID is still the very process that was
-started (PIDs get reused): the file holds the PID and
-when the process started, counted from the machine's boot, which a change of the wall
-clock does not move. (Comparing wall-clock times did: a VM's clock stepped forward by
-61 s made every running server look younger than its PID file, whose removal then lost
-track of the whole stack.)
+started (PIDs get reused): the file holds the PID and when the process started, counted
+from the machine's boot, which a change of the wall clock does not move. (Comparing
+wall-clock times did: a VM's clock stepped forward by 61 s made every running server look
+younger than its PID file, whose removal then lost track of the whole stack.)
 """
 
 from __future__ import annotations

@@ -394,24 +394,25 @@ class ApplySummary:
 
 def apply_definitions(definitions: list[TableDefinition], root: str, storage: dict[str, str],
                       catalog: dict[str, str], spark: Callable[[], SparkSession],
-                      report: Report) -> ApplySummary:
+                      report: Report, problem: Report) -> ApplySummary:
     """Plan every definition, then carry the plans out; `spark` is called (once) only when
     a plan needs DDL, so a run with nothing to do starts no Spark, and the ingest hands in
     the session it runs its queries with. A refused table is reported change by change and
-    left alone; a failed one is reported and the others still applied."""
+    left alone; a failed one is reported and the others still applied. Progress goes to
+    `report`, refusals and failures to `problem`."""
     summary = ApplySummary(counts=dict.fromkeys(STATUSES, 0), failed=[])
     plans = plan_tables(definitions, root, storage, catalog)
     session = spark() if any(needs_spark(plan) for plan in plans) else None
     for plan in plans:
         if plan.refused:
             summary.refused.append(plan.name)
-            report(f"{plan.name}: REFUSED, nothing applied to this table:")
+            problem(f"{plan.name}: REFUSED, nothing applied to this table:")
             for change in plan.refused:
-                report(f"    ! {change.describe()}")
+                problem(f"    ! {change.describe()}")
         try:
             outcome = apply_plan(session, plan, storage, report)
         except ApplyError as exc:
-            report(f"error: {exc}")
+            problem(f"error: {exc}")
             summary.failed.append(str(exc))
             continue
         summary.counts[outcome.status] += 1

@@ -165,10 +165,15 @@ class SparkSettings(_Section):
     conf: dict[str, str] = Field(default_factory=dict)
 
     @property
+    def is_local(self) -> bool:
+        """Whether the executors run inside the driver's JVM (`local[...]`)."""
+        return self.master.startswith("local")
+
+    @property
     def on_loopback(self) -> bool:
         """Whether the driver and its executors all run on this machine (a local master,
         or a standalone master on 127.0.0.1): then every Spark process binds to loopback."""
-        if self.master.startswith("local"):
+        if self.is_local:
             return True
         return urlsplit(self.master).hostname in LOOPBACK_HOSTS
 

@@ -137,14 +137,14 @@ def _catalog_confs(settings: Settings, jars: list[Path]) -> dict[str, str]:
     }
 
 
-def _jar_confs(master: str, jars: list[Path]) -> dict[str, str]:
+def _jar_confs(local: bool, jars: list[Path]) -> dict[str, str]:
     """How the jars reach the JVMs that run tasks. On `local[...]` driver and executor are
     one JVM: the jars go on its class path, since `spark.jars` would make the in-process
     executor copy every one (0.6 GB) into a temporary folder at each session's first task
     (measured: 10-15 s of every session start, and the copies of a killed driver stay).
     On a cluster, executors fetch them from the driver: `spark.jars`; the driver keeps the
     PostgreSQL driver on its class path for the metastore (`_catalog_confs`)."""
-    if master.startswith("local"):
+    if local:
         return {"spark.driver.extraClassPath": os.pathsep.join(str(jar) for jar in jars)}
     return {"spark.jars": ",".join(str(jar) for jar in jars)}
 
@@ -155,7 +155,7 @@ def executor_python(settings: Settings) -> str:
     profile names one for a cluster (workers with a Python of their own: the `compose`
     profile, infra/spark/Dockerfile), else the driver's own, a path of this machine (the
     standalone cluster the stack starts here, and local masters)."""
-    if settings.spark.master.startswith("local"):
+    if settings.spark.is_local:
         return sys.executable
     return settings.spark.conf.get(PYSPARK_PYTHON_CONF) or sys.executable
 
@@ -198,14 +198,14 @@ def spark_confs(settings: Settings, app_name: str) -> dict[str, str]:
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
     }
     confs.update(_catalog_confs(settings, jars))
-    confs.update(_jar_confs(spark.master, jars))
+    confs.update(_jar_confs(spark.is_local, jars))
     confs.update(_s3a_confs(settings))
     if spark.on_loopback:
         confs.update({
             "spark.driver.host": LOOPBACK,
             "spark.driver.bindAddress": LOOPBACK,
         })
-    if not spark.master.startswith("local"):
+    if not spark.is_local:
         confs.update(_executor_pythonpath(settings))
     confs.update(spark.conf)
     return confs
