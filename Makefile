@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-lock
 LAKEHOUSE := $(BIN)/lakehouse
 BENCH ?=
 
-.PHONY: help setup up down status airflow ingest transform test test-suite test-faults test-cluster bench docs notebooks clean lint lock lock-airflow
+.PHONY: help setup up down status airflow ingest transform test test-fast test-suite test-faults test-cluster bench docs notebooks clean lint lock lock-airflow
 
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -71,6 +71,9 @@ test: setup ## Run every test against real servers (starts and stops its own sta
 	echo "--- the cluster profile's tests (full output: $(CLUSTER_TEST_LOG)) ---"; \
 	tail -n 80 $(CLUSTER_TEST_LOG); \
 	test $$suite -eq 0 && test $$clustered -eq 0
+
+test-fast: setup ## Run the tests that need no server or Spark JVM (~1-2 min): the inner loop
+	$(BIN)/python -m pytest -m "not stack and not cluster and not faults" -p no:cacheprovider
 
 test-suite: setup ## Run every test but the cluster profile's (one stack, one process)
 	$(BIN)/python -m pytest -m "not cluster"

@@ -238,7 +238,11 @@ LATE_MODULES = ("tests/test_backfill.py", "tests/test_airflow.py", "tests/faults
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Three modules run late, in this order, after every other module:
+    """Tests that use the session's stack (directly or through a fixture that needs it:
+    `spark`, the shared ingest, ...) get the `stack` marker, so `make test-fast` (`-m "not
+    stack"`) leaves them out; tests that start servers of their own carry it explicitly.
+
+    Three modules run late, in this order, after every other module:
     - the backfill's: its replay rebuilds the shared silver and gold in place, and asking
       for the shared ingest first would start it before the modules that change the rentals
       database (the ingest test then finds PostgreSQL ahead of silver);
@@ -250,4 +254,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def position(item: pytest.Item) -> int:
         late = [i for i, prefix in enumerate(LATE_MODULES) if item.nodeid.startswith(prefix)]
         return 1 + late[0] if late else 0
+    for item in items:
+        if "stack" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.stack)
     items.sort(key=position)

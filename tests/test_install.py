@@ -47,6 +47,7 @@ def test_installed_binaries_and_class_paths_match_the_manifests(settings: Settin
                    for name in spark)
 
 
+@pytest.mark.stack  # runs Maven over every jar
 def test_changed_pom_is_resolved_again(settings: Settings, tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The install record holds the poms' fingerprint: after an edit of a pom, setup runs

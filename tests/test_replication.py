@@ -35,6 +35,7 @@ from infra.ports import port_is_free, wait_until
 from settings import Settings, load_settings
 from tests.conftest import TEST_PROFILE, run_cli
 
+pytestmark = pytest.mark.stack  # three Kafka brokers of its own
 PORT_SHIFT = 100  # test profile 21092/21093 -> nodes on 21192..21197
 TOPIC = "replicated"
 BEFORE_KILL = 2_000  # records acknowledged before the leader dies

@@ -42,8 +42,6 @@ from tests.conftest import (
     run_cli,
 )
 
-pytestmark = pytest.mark.stack
-
 LOOPBACK = ("127.0.0.1", "::ffff:127.0.0.1")
 COUNT_SQL = "SELECT count(*) FROM silver.rentals"
 MARTS = ("dim_station", "fct_rentals_daily", "fct_station_status_observations",

@@ -60,6 +60,7 @@ def test_taken_port_names_component_port_setting_and_log(
     assert f"log: {tmp_path / 'state' / 'logs' / 'minio.log'}" in result.stderr
 
 
+@pytest.mark.stack  # starts servers of its own
 def test_failure_midway_stops_what_was_started(tmp_path: Path, occupied_port: int) -> None:
     ports = _free_ports(5)
     env = _isolated_env(tmp_path, ports)
@@ -88,6 +89,7 @@ def test_missing_binary_names_the_file_and_the_fix(tmp_path: Path) -> None:
     assert f"minio: binary not found: {missing}; run `make setup`" in result.stderr
 
 
+@pytest.mark.stack  # starts servers of its own
 def test_missing_jar_folder_names_the_component_and_the_fix(tmp_path: Path) -> None:
     """The S3 server is found, the broker's class path is not: the error names the broker,
     the missing jar and `make setup`, and the S3 server it started is stopped again."""
@@ -120,6 +122,7 @@ def test_external_profile_starts_nothing(tmp_path: Path) -> None:
     assert "embedded.enabled is false" in result.stderr
 
 
+@pytest.mark.stack  # starts servers of its own
 def test_postgres_cluster_follows_the_state_folder_and_its_password(tmp_path: Path) -> None:
     """A deleted state folder (fresh clone at the same path) leaves no stale cluster behind;
     a changed password on a kept cluster fails at once, naming the setting and the fix."""

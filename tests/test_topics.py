@@ -15,8 +15,6 @@ from infra.stack import Stack
 from settings import Settings
 from tests.conftest import run_cli
 
-pytestmark = pytest.mark.stack
-
 
 def _topic_file(name: str, partitions: int, retention_ms: int) -> str:
     return (f"name: {name}\ndescription: a topic of the topics-as-code test\n"
