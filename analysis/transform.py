@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
@@ -48,7 +48,7 @@ def _check(outcome: DbtOutcome, report: Report) -> None:
 def analysis_session(settings: Settings, result: TransformResult, report: Report,
                      paths: DbtPaths | None = None) -> Iterator[tuple[SparkSession, DbtPaths]]:
     """A SparkSession on the shared catalog, and the dbt project ready to run in it."""
-    from spark_streaming.session import build_spark_session
+    from spark_streaming.session import command_session
 
     paths = paths or prepare_project(settings)
     result.tables = sorted(name for name in registered_tables(settings)
@@ -58,13 +58,11 @@ def analysis_session(settings: Settings, result: TransformResult, report: Report
             "the table catalog has no lakehouse tables (metastore database "
             f"{settings.postgres.metastore_database!r}): run `make ingest` (or `lakehouse "
             "ingest --until-caught-up`) first")
-    with _timed(result, "spark_start"):
-        spark = build_spark_session(settings, app_name="lakehouse-transform")
-    try:
+    with ExitStack() as held:
+        with _timed(result, "spark_start"):
+            spark = held.enter_context(command_session(settings, "lakehouse-transform"))
         report(f"{len(result.tables)} lakehouse tables in the catalog")
         yield spark, paths
-    finally:
-        spark.stop()
 
 
 def transform(settings: Settings, dbt_args: list[str], report: Report, *,

@@ -26,7 +26,7 @@ def gold(ctx: click.Context, tables: tuple[str, ...], rebuild: bool) -> None:
     process is writing one of the tables.
     """
     from spark_streaming.gold import METRICS, behind, preflight, run_gold
-    from spark_streaming.session import build_spark_session
+    from spark_streaming.session import command_session
     from spark_streaming.table_lock import writing
 
     unknown = [t for t in tables if t not in METRICS]
@@ -41,10 +41,7 @@ def gold(ctx: click.Context, tables: tuple[str, ...], rebuild: bool) -> None:
     say(f"gold: {', '.join(chosen)} under {settings.tables_uri}"
          + (" (rebuild)" if rebuild else ""))
     # taken before Spark starts: refused at once while another process writes them
-    with writing(settings, chosen, "lakehouse " + " ".join(sys.argv[1:])):
-        spark = build_spark_session(settings, app_name="lakehouse-gold")
-        try:
-            written = run_gold(spark, settings, list(tables) or None, rebuild, say)
-        finally:
-            spark.stop()
+    with (writing(settings, chosen, "lakehouse " + " ".join(sys.argv[1:])),
+          command_session(settings, "lakehouse-gold", managed_tables=False) as spark):
+        written = run_gold(spark, settings, list(tables) or None, rebuild, say)
     say(f"gold done: rows written {json.dumps(written)}")

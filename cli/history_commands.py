@@ -83,7 +83,7 @@ def replay(ctx: click.Context) -> None:
     until `lakehouse replay` runs again to the end.
     """
     from spark_streaming.gold import METRICS, run_gold
-    from spark_streaming.session import build_spark_session
+    from spark_streaming.session import command_session
     from spark_streaming.silver import rebuild_silver
     from spark_streaming.silver.spec import load_specs
     from spark_streaming.table_lock import writing
@@ -92,11 +92,8 @@ def replay(ctx: click.Context) -> None:
     specs = load_specs()
     tables = [s.table for s in specs] + list(METRICS)
     say(f"replay: {len(specs)} silver tables from bronze, then gold, on {settings.tables_uri}")
-    with writing(settings, tables, "lakehouse replay"):
-        spark = build_spark_session(settings, app_name="lakehouse-replay")
-        try:
-            rebuild_silver(spark, settings, [s.table for s in specs], say, specs=specs)
-            written = run_gold(spark, settings, report=say)
-        finally:
-            spark.stop()
+    with (writing(settings, tables, "lakehouse replay"),
+          command_session(settings, "lakehouse-replay", managed_tables=False) as spark):
+        rebuild_silver(spark, settings, [s.table for s in specs], say, specs=specs)
+        written = run_gold(spark, settings, report=say)
     say(f"replay done: gold rows written {written}")

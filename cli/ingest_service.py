@@ -45,8 +45,6 @@ class IngestOptions:
     # Seconds to wait for Debezium to hand every change made so far to Kafka.
     cdc_drain_timeout: float = 60.0
     trigger_interval: str = "10 seconds"
-    gold_interval_seconds: float = 60.0
-    progress_interval_seconds: float = 30.0
     skip: set[str] = field(default_factory=set)
 
 
@@ -298,8 +296,9 @@ def _gold_until(spark: SparkSession, settings: Settings, options: IngestOptions,
     from spark_streaming.session import driver_ended
 
     log = logging.getLogger("lakehouse.gold")
-    clock = RetryClock("gold", report, settings.ingest.recovery_timeout_seconds)
-    while not stop.wait(options.gold_interval_seconds):
+    clock = RetryClock("gold", report, settings.ingest.recovery_timeout_seconds,
+                       settings.ingest.retry_pauses)
+    while not stop.wait(settings.ingest.gold_interval_seconds):
         try:
             written = run_gold(spark, settings, report=log.info)
         except Exception as exc:  # any cause: the retry clock judges how long it lasts
@@ -372,7 +371,8 @@ def _traffic_until(settings: Settings, report: Report, stop: threading.Event) ->
     from connectors.rentals.database import connect
     from connectors.rentals.traffic import run_traffic
 
-    clock = RetryClock("rentals traffic", report, settings.ingest.recovery_timeout_seconds)
+    clock = RetryClock("rentals traffic", report, settings.ingest.recovery_timeout_seconds,
+                       settings.ingest.retry_pauses)
     while not stop.is_set():
         try:
             with connect(settings) as conn:

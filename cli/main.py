@@ -190,7 +190,7 @@ def bronze(ctx: click.Context, topics: tuple[str, ...], continuous: bool, interv
     """Kafka topics -> bronze_<topic> Delta tables (raw, append-only, exactly once)."""
     from cli.ingest_service import bronze_topics
     from spark_streaming import bronze as job
-    from spark_streaming.session import build_spark_session
+    from spark_streaming.session import command_session
 
     settings = settings_of(ctx)
     chosen = list(topics) or bronze_topics(settings, _say)
@@ -198,18 +198,16 @@ def bronze(ctx: click.Context, topics: tuple[str, ...], continuous: bool, interv
         raise click.UsageError("no topics given and no declared bronze topic exists on the "
                                "broker (`lakehouse topics apply` creates them)")
     _say(f"bronze: {', '.join(chosen)} -> {settings.tables_uri}")
-    spark = build_spark_session(settings, app_name="lakehouse-bronze")
-    try:
-        with job.stop_on_signals() as stop:
-            if continuous:
-                job.run_continuous(spark, settings, chosen, _say, stop, interval,
-                                   max_offsets_per_trigger)
-            else:
-                totals = job.run_available_now(spark, settings, chosen, _say,
-                                               max_offsets_per_trigger, stop)
-                _say(f"bronze caught up: {json.dumps(totals)}")
-    finally:
-        spark.stop()
+    # the signal handler after the session: pyspark installs its own when it starts
+    with command_session(settings, "lakehouse-bronze", managed_tables=False) as spark, \
+            job.stop_on_signals() as stop:
+        if continuous:
+            job.run_continuous(spark, settings, chosen, _say, stop, interval,
+                               max_offsets_per_trigger)
+        else:
+            totals = job.run_available_now(spark, settings, chosen, _say,
+                                           max_offsets_per_trigger, stop)
+            _say(f"bronze caught up: {json.dumps(totals)}")
 
 
 @cli.command()

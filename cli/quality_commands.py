@@ -21,17 +21,14 @@ from cli.terminal import say
 def quality(ctx: click.Context, tables: tuple[str, ...]) -> None:
     """Run the table-level expectation suites over the silver tables (read only; results
     appended to quality_results, Data Docs rebuilt). Exit 1 if any expectation failed."""
-    from spark_streaming.session import build_spark_session
+    from spark_streaming.session import command_session
     from spark_streaming.silver import run_table_checks
     from spark_streaming.silver.spec import load_specs
 
     settings = settings_of(ctx)
     specs = load_specs(tables=tables)  # invalid specs stop here, before Spark starts
-    spark = build_spark_session(settings, app_name="lakehouse-quality")
-    try:
+    with command_session(settings, "lakehouse-quality", managed_tables=False) as spark:
         results = run_table_checks(spark, settings, [s.table for s in specs], report=say)
-    finally:
-        spark.stop()
     failed = [f"{r['checked_table']}.{r['rule']}" for r in results if not r["success"]]
     say(f"quality: {len(results) - len(failed)} of {len(results)} table-level expectations "
          f"passed" + (f"; failed: {', '.join(failed)}" if failed else ""))

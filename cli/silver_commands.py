@@ -47,7 +47,7 @@ def silver(ctx: click.Context, tables: tuple[str, ...], continuous: bool, interv
     Exit codes: 0 ok; 1 a query stopped; 2 bad configuration or spec; 3 refused: another
     process is writing one of the tables.
     """
-    from spark_streaming.session import build_spark_session
+    from spark_streaming.session import command_session
     from spark_streaming.silver.spec import load_specs
     from spark_streaming.table_lock import writing
 
@@ -60,8 +60,8 @@ def silver(ctx: click.Context, tables: tuple[str, ...], continuous: bool, interv
     with ExitStack() as held:
         # before Spark starts: refused at once while another process writes these tables
         held.enter_context(writing(settings, [s.table for s in specs], command))
-        spark = build_spark_session(settings, app_name="lakehouse-silver")
-        held.callback(spark.stop)
+        spark = held.enter_context(command_session(settings, "lakehouse-silver",
+                                                   managed_tables=False))
         _run(spark, settings, specs, continuous, interval, rebuild, check)
 
 

@@ -7,6 +7,7 @@ would break readers is pending (diff) or was refused (apply; other tables still 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -138,30 +139,24 @@ def apply(ctx: click.Context, definitions: Path | None, tables: tuple[str, ...])
     plan holds a breaking change is left untouched (exit 3), with the reason.
     """
     from lakehouse.table_manager import apply_definitions
-    from spark_streaming.session import stop_session
+    from spark_streaming.session import command_session
 
     loaded = _definitions(definitions, tables)
     root, storage = _target(ctx)
     say(f"applying {len(loaded)} definitions to the tables under {root}")
-    spark: SparkSession | None = None
+    with contextlib.ExitStack() as held:
 
-    def start_spark() -> SparkSession:
-        nonlocal spark
-        from spark_streaming.session import build_spark_session
+        def start_spark() -> SparkSession:
+            say("starting Spark for the DDL")
+            return held.enter_context(command_session(
+                load_settings(ctx.obj.get("profile")), "lakehouse-tables-apply",
+                managed_tables=False))
 
-        say("starting Spark for the DDL")
-        spark = build_spark_session(load_settings(ctx.obj.get("profile")),
-                                    "lakehouse-tables-apply")
-        return spark
-
-    try:
-        summary = apply_definitions(loaded, root, storage, _catalog(ctx), start_spark, say,
-                                    lambda line: console.print(line, markup=False))
-    except (DeltaError, OSError) as exc:
-        _storage_failure(root, exc)
-    finally:
-        if spark is not None:
-            stop_session(spark)
+        try:
+            summary = apply_definitions(loaded, root, storage, _catalog(ctx), start_spark,
+                                        say, lambda line: console.print(line, markup=False))
+        except (DeltaError, OSError) as exc:
+            _storage_failure(root, exc)
     if summary.counts["refused"]:
         sys.exit(EXIT_BREAKING)
     if summary.failed:
@@ -178,18 +173,17 @@ def maintain(ctx: click.Context, definitions: Path | None, tables: tuple[str, ..
     """Compact (or Z-order where configured), vacuum within each table's retention and
     checkpoint the log; reports files before and after. Missing tables are skipped."""
     from lakehouse.maintenance import maintain_tables
-    from spark_streaming.session import build_spark_session
+    from spark_streaming.session import command_session
 
     loaded = _definitions(definitions, tables)
     root, storage = _target(ctx)
     say(f"maintaining {len(loaded)} tables under {root} (starting Spark)")
-    spark = build_spark_session(load_settings(ctx.obj.get("profile")), "lakehouse-maintain")
     try:
-        results = maintain_tables(spark, loaded, root, storage, say, vacuum=not no_vacuum)
+        with command_session(load_settings(ctx.obj.get("profile")),
+                             "lakehouse-maintain", managed_tables=False) as spark:
+            results = maintain_tables(spark, loaded, root, storage, say, vacuum=not no_vacuum)
     except (DeltaError, OSError) as exc:
         _storage_failure(root, exc)
-    finally:
-        spark.stop()
     done = [r for r in results if r.status == "maintained"]
     before = sum(r.before.files for r in done if r.before)
     after = sum(r.after.files for r in done if r.after)

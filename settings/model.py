@@ -208,6 +208,19 @@ class IngestSettings(_Section):
     # A FAILED connector or task is restarted at most this many times per hour; then the
     # service reports it loudly on every check and leaves it to the operator.
     connector_restarts_per_hour: int = Field(default=5, ge=0)
+    # The pause before the first retry of a failing part, doubling up to the longest.
+    retry_first_pause_seconds: float = Field(default=5.0, gt=0)
+    retry_longest_pause_seconds: float = Field(default=60.0, gt=0)
+    # A continuous run prints one progress line per layer this often.
+    progress_interval_seconds: float = Field(default=30.0, gt=0)
+    # A continuous run updates gold in one round this often.
+    gold_interval_seconds: float = Field(default=60.0, gt=0)
+
+    @property
+    def retry_pauses(self) -> tuple[float, float]:
+        """(first, longest) pause between retries of a failing part."""
+        return (self.retry_first_pause_seconds,
+                max(self.retry_longest_pause_seconds, self.retry_first_pause_seconds))
 
 
 class AnalysisSettings(_Section):

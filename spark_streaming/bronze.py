@@ -33,7 +33,7 @@ from lakehouse.definitions import load_definitions
 from lakehouse.storage import spark_uri, table_uri
 from settings import Settings
 from spark_streaming.checkpoint_offsets import committed_source_offsets
-from spark_streaming.layer_progress import PROGRESS_EVERY_SECONDS, LayerProgress
+from spark_streaming.layer_progress import LayerProgress
 from spark_streaming.query_restarts import RestartingQuery
 
 log = logging.getLogger("lakehouse.bronze")
@@ -283,14 +283,15 @@ def run_continuous(spark: SparkSession, settings: Settings, topics: list[str], r
         lambda spec=spec: start_query(spark, settings, spec, available_now=False,
                                       interval=interval,
                                       max_offsets_per_trigger=max_offsets_per_trigger),
-        report, settings.ingest.recovery_timeout_seconds) for spec in plan(settings, topics)]
+        report, settings.ingest.recovery_timeout_seconds, pauses=settings.ingest.retry_pauses)
+        for spec in plan(settings, topics)]
     last_report = time.monotonic()
     progress = LayerProgress("bronze")
     try:
         while not stop.is_set():
             for query in running:
                 query.check()
-            if time.monotonic() - last_report > PROGRESS_EVERY_SECONDS:
+            if time.monotonic() - last_report > settings.ingest.progress_interval_seconds:
                 report(progress.line({q.table: q.query.recentProgress
                                       for q in running if q.query is not None}))
                 last_report = time.monotonic()

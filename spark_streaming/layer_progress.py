@@ -1,12 +1,10 @@
-"""The progress line of a continuous layer: every PROGRESS_EVERY_SECONDS, one line for all
+"""The progress line of a continuous layer: every ingest.progress_interval_seconds, one line for all
 of the layer's streaming queries (an operator reads one line per layer, not a log per query),
 from Spark's own progress records."""
 
 from __future__ import annotations
 
 import json
-
-PROGRESS_EVERY_SECONDS = 30
 
 
 def _offset_total(raw: object) -> int | None:

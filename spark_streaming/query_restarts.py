@@ -36,11 +36,12 @@ class Outage:
 
     since: float
     pause: float = FIRST_PAUSE_SECONDS
+    longest: float = LONGEST_PAUSE_SECONDS
     attempts: int = 0
 
     def next_pause(self) -> float:
         pause = self.pause
-        self.pause = min(self.pause * 2, LONGEST_PAUSE_SECONDS)
+        self.pause = min(self.pause * 2, self.longest)
         self.attempts += 1
         return pause
 
@@ -52,8 +53,11 @@ class OutageTimeout(RuntimeError):
 class RetryClock:
     """When to try a failing thing again and when to give up; shared by the layers."""
 
-    def __init__(self, name: str, report: Report, timeout: float) -> None:
+    def __init__(self, name: str, report: Report, timeout: float,
+                 pauses: tuple[float, float] = (FIRST_PAUSE_SECONDS, LONGEST_PAUSE_SECONDS)
+                 ) -> None:
         self.name, self.report, self.timeout = name, report, timeout
+        self.pauses = pauses  # (first, longest): the setting ingest.retry_*_pause_seconds
         self.outage: Outage | None = None
         self.retry_at = 0.0
 
@@ -61,10 +65,10 @@ class RetryClock:
         """Note a failure: the first one of an outage is reported, later ones logged."""
         now = time.monotonic()
         if self.outage is None:
-            self.outage = Outage(since=now)
+            self.outage = Outage(since=now, pause=self.pauses[0], longest=self.pauses[1])
             pause = self.outage.next_pause()
             self.report(f"{self.name} stopped: {cause}; retrying every {pause:.0f}-"
-                        f"{LONGEST_PAUSE_SECONDS:.0f} s for up to {self.timeout:.0f} s")
+                        f"{self.pauses[1]:.0f} s for up to {self.timeout:.0f} s")
         else:
             pause = self.outage.next_pause()
             log.info("%s: attempt %d failed: %s", self.name, self.outage.attempts, cause)
@@ -90,9 +94,11 @@ class RestartingQuery:
 
     def __init__(self, layer: str, table: str, start: Callable[[], StreamingQuery],
                  report: Report, timeout: float,
-                 permanent: Callable[[str], str | None] = lambda _: None) -> None:
+                 permanent: Callable[[str], str | None] = lambda _: None,
+                 pauses: tuple[float, float] = (FIRST_PAUSE_SECONDS, LONGEST_PAUSE_SECONDS)
+                 ) -> None:
         self.table, self.start, self.permanent = table, start, permanent
-        self.clock = RetryClock(f"{layer}: {table}", report, timeout)
+        self.clock = RetryClock(f"{layer}: {table}", report, timeout, pauses)
         # started by the first check(), so a server away at start-up is waited for too
         self.query: StreamingQuery | None = None
 

@@ -52,6 +52,39 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse") -> Spar
     return session
 
 
+@contextlib.contextmanager
+def command_session(settings: Settings, app_name: str, *,
+                    managed_tables: bool = True) -> Iterator[SparkSession]:
+    """The SparkSession of one command: started for it and stopped when it ends or, when
+    this process runs a session already (a test session or a notebook that calls the
+    command in-process), that one, left running for its owner. A running session whose
+    fixed confs (catalog, jars, storage) differ from `settings` is refused, not reused.
+    `managed_tables=False`: the command writes only at explicit locations, so another
+    warehouse folder (it follows the tables prefix) does not matter."""
+    running = SparkContext._active_spark_context is not None
+    if running:
+        _refuse_other_confs(settings, app_name,
+                            () if managed_tables else ("spark.sql.warehouse.dir",))
+    session = build_spark_session(settings, app_name)
+    try:
+        yield session
+    finally:
+        if not running:
+            stop_session(session)
+
+
+def _refuse_other_confs(settings: Settings, app_name: str, free: tuple[str, ...]) -> None:
+    active = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+    fixed = active.sparkContext.getConf()
+    differ = sorted(key for key, value in spark_confs(settings, app_name).items()
+                    if key not in ("spark.app.name", *free)
+                    and not active.conf.isModifiable(key)
+                    and fixed.get(key) not in (None, value))
+    if differ:
+        raise RuntimeError("this process runs a SparkSession with other settings "
+                           f"({', '.join(differ)}); run the command in a process of its own")
+
+
 def jvm_log_file(settings: Settings) -> Path:
     """Where the Spark JVM's own output goes (log4j's console, the AWS SDK's SLF4J notice),
     so the terminal shows the project's lines only; errors still reach Python as

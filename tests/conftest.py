@@ -7,6 +7,7 @@ the end; the session fails if any project process is left running.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -20,6 +21,7 @@ from pathlib import Path
 import psutil
 import pyarrow as pa
 import pytest
+from click.testing import CliRunner
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
@@ -60,6 +62,37 @@ def run_cli(*args: str, profile: str = TEST_PROFILE, env: dict[str, str] | None 
                                  f"its threads:\n{stderr[-12000:]}\nstdout:\n{stdout[-3000:]}"
                                  ) from None
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def invoke_cli(*args: str, env: dict[str, str] | None = None
+               ) -> subprocess.CompletedProcess[str]:
+    """`lakehouse --profile test ARGS` inside this process (click's test runner), for tests
+    where the process boundary is not what they check: no interpreter start, and a Spark
+    command runs on the test session's SparkSession, left running (`command_session`).
+    Exit codes are `main()`'s; the terminal and the log file are restored afterwards."""
+    from cli import terminal
+    from cli.main import main
+
+    argv = ["lakehouse", "--profile", TEST_PROFILE, *args]
+    saved_state, saved_handlers = dict(terminal._state), list(logging.getLogger().handlers)
+    saved_argv = sys.argv
+    with CliRunner().isolation(env=env) as (stdout, stderr, _):
+        sys.argv = argv
+        try:
+            main()
+            code = 0
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+        finally:
+            sys.argv = saved_argv
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for handler in set(logging.getLogger().handlers) - set(saved_handlers):
+                logging.getLogger().removeHandler(handler)
+                handler.close()
+            terminal._state.update(saved_state)
+        out, err = stdout.getvalue().decode(), stderr.getvalue().decode()
+    return subprocess.CompletedProcess(argv, code, out, err)
 
 
 def stack_pids(stack: Stack) -> list[int]:

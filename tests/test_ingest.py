@@ -149,7 +149,8 @@ def test_ctrl_c_stops_a_running_ingest_cleanly(stack: Stack, tmp_path: Path) -> 
     output: list[str] = []
     try:
         deadline = time.monotonic() + 600  # a busy 2-core machine: tables apply, Spark start
-        # the bronze layer's progress line (every 30 s) counted a micro-batch
+        # the bronze layer's progress line (every ingest.progress_interval_seconds: 5 s in the
+        # test profile) counted a micro-batch
         running = re.compile(r"bronze: \d+ queries, [1-9][\d,]* batches")
         while not any(running.search(line) for line in output):
             try:

@@ -30,7 +30,7 @@ from lakehouse.storage import delta_path_sql, spark_uri, storage_options
 from lakehouse.table_manager import REFUSE, apply_plan, plan_table, table_location
 from settings import Settings
 from spark_streaming.bronze import bronze_table_name, run_available_now
-from tests.conftest import PROJECT_DIR, run_cli
+from tests.conftest import PROJECT_DIR, invoke_cli, run_cli
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,8 @@ class Root:
     storage: dict[str, str]
 
     def cli(self, *args: str):
-        return run_cli(*args, env={"LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": self.prefix})
+        """The command in-process, on the test session's Spark (`spark` fixture first)."""
+        return invoke_cli(*args, env={"LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": self.prefix})
 
     def table(self, name: str) -> DeltaTable:
         return DeltaTable(table_location(self.uri, name), storage_options=self.storage)
@@ -55,7 +56,9 @@ class Root:
 
 
 @pytest.fixture
-def root(stack: Stack, settings: Settings) -> Root:
+def root(stack: Stack, settings: Settings, spark: SparkSession) -> Root:
+    """A tables prefix of the test's own; the session's Spark runs first, so the commands
+    the test invokes in-process use it."""
     prefix = f"test-tables/{uuid.uuid4().hex[:10]}"
     uri = f"s3://{settings.s3.bucket}/{prefix}"
     return Root(prefix, uri, storage_options(settings, uri))
@@ -344,7 +347,9 @@ def test_two_spark_processes_share_the_catalog(root: Root, spark: SparkSession,
     test's own Spark process, started before, writes it by name; a third process reads
     it by name while the second still runs."""
     _write_trips(tmp_path)
-    applied = root.cli("tables", "apply", "--definitions", str(tmp_path))
+    # a process of its own, so a registration by another process is what the test sees
+    applied = run_cli("tables", "apply", "--definitions", str(tmp_path),
+                      env={"LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX": root.prefix})
     assert applied.returncode == 0, applied.stderr
     assert "register silver.trips" in applied.stderr
 

@@ -29,7 +29,7 @@ from lakehouse.storage import storage_options
 from lakehouse.table_manager import apply_plan, plan_table
 from settings import ConfigError, Settings
 from spark_streaming.checkpoint_offsets import committed_source_offsets
-from spark_streaming.layer_progress import PROGRESS_EVERY_SECONDS, LayerProgress
+from spark_streaming.layer_progress import LayerProgress
 from spark_streaming.query_restarts import RestartingQuery
 from spark_streaming.silver.batch import METRICS_TABLE, SilverPipeline
 from spark_streaming.silver.delta_writes import DeltaTarget
@@ -215,7 +215,8 @@ def _run_continuous(spark: SparkSession, settings: Settings, pipelines: list[Sil
         lambda p=p: start_query(spark, settings, p, available_now=False, interval=interval,
                                 max_files_per_trigger=max_files_per_trigger),
         report, settings.ingest.recovery_timeout_seconds,
-        permanent=lambda text, table=p.spec.table: _broken_rule(text, table)))
+        permanent=lambda text, table=p.spec.table: _broken_rule(text, table),
+        pauses=settings.ingest.retry_pauses))
                for p in pipelines]
     last_report = time.monotonic()
     progress = LayerProgress("silver")
@@ -224,7 +225,7 @@ def _run_continuous(spark: SparkSession, settings: Settings, pipelines: list[Sil
         while not stop.is_set():
             for _pipeline, query in running:
                 query.check()
-            if time.monotonic() - last_report > PROGRESS_EVERY_SECONDS:
+            if time.monotonic() - last_report > settings.ingest.progress_interval_seconds:
                 totals = {name: sum(p.totals[name] for p, _ in running) for name in reported}
                 report(progress.line({q.table: q.query.recentProgress
                                       for _, q in running if q.query is not None})
