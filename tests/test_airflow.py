@@ -3,8 +3,9 @@
 file's interval, a scrape DAG triggered through the REST API puts records in the topic,
 one whose feed is down is retried and then failed, the UI (headless Chromium) shows the
 DAGs with their last run's state (screenshot under the state folder's test-output), and
-the transform DAG rebuilds the marts of the shared ingest (Airflow restarted with that
-ingest's settings: its tasks run `lakehouse` with the environment Airflow started with)."""
+the transform DAG rebuilds the marts of the shared ingest (Airflow is started once, with
+that ingest's settings: its tasks run `lakehouse` with the environment Airflow started
+with)."""
 
 from __future__ import annotations
 
@@ -109,12 +110,15 @@ def _airflow_components(settings: Settings) -> list:
 
 
 @pytest.fixture(scope="module")
-def airflow(stack: Stack, settings: Settings) -> Iterator[AirflowApi]:
-    """Airflow started by the project on the running test stack; stopped after the module
-    (every process of it gone, its port free)."""
+def airflow(stack: Stack, settings: Settings,
+            ingested_lakehouse: IngestedLakehouse) -> Iterator[AirflowApi]:
+    """Airflow started once by the project on the running test stack, with the shared
+    ingest's tables and catalog (the transform DAG builds its marts) and this module's
+    topics; stopped after the module (every process of it gone, its port free)."""
     for component in _airflow_components(settings):  # one left by an earlier session runs
         component.stop()                              # with other settings: start afresh
-    result = run_cli("up", "--airflow", env=AIRFLOW_ENV, timeout=600)
+    result = run_cli("up", "--airflow", env={**AIRFLOW_ENV, **ingested_lakehouse.env},
+                     timeout=600)
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"[-4000:]
     components = _airflow_components(settings)
     pids = [pid for c in components if (pid := c.process.pid()) is not None]
@@ -246,13 +250,8 @@ def _last_commit_ms(settings: Settings, name: str) -> int:
     return stamp
 
 
-def test_transform_dag_rebuilds_the_marts(airflow: AirflowApi, settings: Settings,
+def test_transform_dag_rebuilds_the_marts(airflow: AirflowApi,
                                           ingested_lakehouse: IngestedLakehouse) -> None:
-    for component in _airflow_components(settings):
-        component.stop()
-    fast = {k: v for k, v in AIRFLOW_ENV.items() if k != "LAKEHOUSE_KAFKA__TOPIC_PREFIX"}
-    result = run_cli("up", "--airflow", env={**fast, **ingested_lakehouse.env}, timeout=600)
-    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"[-4000:]
     _wait_for_dags(airflow, {"transform"})
     # The task must build, not find nothing new since an earlier test's build: forget that
     # build's record, as a new commit to an input would.

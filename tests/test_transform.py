@@ -103,7 +103,9 @@ def test_transform_with_nothing_new_builds_nothing(
     transformed_lakehouse: TransformedLakehouse,
 ) -> None:
     """The same transform again, no table and no model changed: it says so, starts no Spark,
-    writes no mart, and still judges source freshness; `--force` builds all the same."""
+    writes no mart, and still judges source freshness. `--force` builds all the same: every
+    mart gets a commit, with the same rows (the incremental mart's merge finds nothing
+    new)."""
     ingested = transformed_lakehouse.ingested
     settings = ingested.settings
     marts = {name: catalog_location(settings, f"marts.{name}") for name in MARTS}
@@ -120,22 +122,12 @@ def test_transform_with_nothing_new_builds_nothing(
     assert set(timings) == {"inputs_check"}, timings  # no Spark, no dbt
     assert {name: _version(settings, uri) for name, uri in marts.items()} == versions
 
-    forced = run_cli("transform", "--force", "--select", "dim_station", "--no-docs",
+    before = {name: _keys(_mart(settings, name), name) for name in MARTS}
+    forced = run_cli("transform", "--force", "--select", "marts", "--no-docs",
                      "--no-freshness", "--timings-json", env=ingested.env, timeout=900)
     assert forced.returncode == 0, (forced.stdout + forced.stderr)[-5000:]
     assert "dbt_build" in json.loads(forced.stdout.strip().splitlines()[-1])
     assert _version(settings, marts["dim_station"]) > versions["dim_station"]
-
-
-def test_transform_again_changes_nothing(transformed_lakehouse: TransformedLakehouse) -> None:
-    """A second run over unchanged inputs: the same rows in every mart, and the incremental
-    mart's merge finds nothing new."""
-    ingested = transformed_lakehouse.ingested
-    settings = ingested.settings
-    before = {name: _keys(_mart(settings, name), name) for name in MARTS}
-    result = run_cli("transform", "--select", "marts", "--no-docs", "--no-freshness",
-                     env=ingested.env, timeout=900)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
     assert {name: _keys(_mart(settings, name), name) for name in MARTS} == before
 
 
@@ -212,19 +204,30 @@ def _shifted(rows: pa.Table, column: str, hours: int) -> pa.Table:
                            shifted.cast(rows.schema.field(index).type))
 
 
-def test_incremental_mart_merges_new_and_updated_keys(
+def test_incremental_mart_and_snapshot_take_the_changes_in_one_run(
     transformed_lakehouse: TransformedLakehouse, spark: SparkSession
 ) -> None:
-    """fct_station_status_observations (incremental, merge on its key): a later run adds
-    the new status updates and replaces a re-ingested one instead of doubling it, in one
-    Delta commit."""
+    """One transform over two changed inputs (one dbt run: a Spark start each would cost
+    more than the models):
+    - fct_station_status_observations (incremental, merge on its key) adds the new status
+      updates and replaces a re-ingested one instead of doubling it, in one Delta commit;
+    - snap_stations (dbt snapshot, check strategy): a station whose capacity changed in
+      silver gets a second version, the first one closed; the others keep one version."""
     ingested = transformed_lakehouse.ingested
     settings = ingested.settings
     statuses_uri = table_uri(settings, "silver_station_status")
     mart_uri = catalog_location(settings, "marts.fct_station_status_observations")
-    with _restored(spark, settings, statuses_uri, mart_uri):
+    stations_uri = table_uri(settings, "silver_stations")
+    snapshot_uri = catalog_location(settings, "snapshots.snap_stations")
+    stations = read_delta(settings, "silver_stations")
+    assert stations.num_rows > 0
+    station = stations["station_id"][0].as_py()
+    assert "'" not in station
+    with _restored(spark, settings, statuses_uri, mart_uri, stations_uri, snapshot_uri):
         before = _mart(settings, "fct_station_status_observations")
         version = _version(settings, mart_uri)
+        snapshot_before = read_catalog_table(settings, "snapshots.snap_stations")
+        assert snapshot_before.num_rows == stations.num_rows
         statuses = read_delta(settings, "silver_station_status")
         # three updates reported later (after anything there: the backfilled history has
         # a status every 15 minutes, so a shift by whole hours could land on one of them),
@@ -236,19 +239,30 @@ def test_incremental_mart_merges_new_and_updated_keys(
         again = again.set_column(bikes, again.schema.field(bikes),
                                  pa.array([999], again.schema.field(bikes).type))
         _append(spark, statuses_uri, pa.concat_tables([later, again]))
+        spark.sql(f"UPDATE delta.`{spark_uri(stations_uri)}` SET capacity = capacity + 7 "
+                  f"WHERE station_id = '{station}'")
 
         result = run_cli("transform", "--select", "fct_station_status_observations",
-                         "--no-docs", "--no-freshness", "--", "--indirect-selection",
-                         "cautious", env=ingested.env, timeout=900)
+                         "snap_stations", "--no-docs", "--no-freshness", "--",
+                         "--indirect-selection", "cautious", env=ingested.env, timeout=900)
         assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+
         rows = _mart(settings, "fct_station_status_observations")
         assert rows.num_rows == before.num_rows + 3
         assert _distinct(rows, ["system_id", "station_id", "reported_at"]) == rows.num_rows
         assert _version(settings, mart_uri) == version + 1
-        station, reported = again["station_id"][0].as_py(), again["last_updated"][0].as_py()
-        twin = rows.filter(pc.and_(pc.equal(rows["station_id"], station),
+        changed, reported = again["station_id"][0].as_py(), again["last_updated"][0].as_py()
+        twin = rows.filter(pc.and_(pc.equal(rows["station_id"], changed),
                                    pc.equal(rows["reported_at"], reported)))
         assert twin["bikes_available"].to_pylist() == [999]
+
+        after = read_catalog_table(settings, "snapshots.snap_stations")
+        versions = after.filter(pc.equal(after["station_id"], station)).sort_by("dbt_valid_from")
+        old_capacity = stations.filter(pc.equal(stations["station_id"], station))["capacity"]
+        assert versions["capacity"].to_pylist() == [old_capacity[0].as_py(),
+                                                    old_capacity[0].as_py() + 7]
+        assert versions["dbt_valid_to"][0].is_valid and not versions["dbt_valid_to"][1].is_valid
+        assert after.num_rows == snapshot_before.num_rows + 1
 
 
 def test_transform_without_tables_says_to_ingest_first(stack: Stack) -> None:
@@ -309,36 +323,6 @@ def test_marts_give_the_numbers_of_gold(transformed_lakehouse: TransformedLakeho
     _close(_by_key(hourly, keys, [*shares, "status_updates"]),
            _by_key(_mart(settings, "fct_station_availability_hourly"), keys,
                    [*shares, "status_updates"]))
-
-
-def test_snapshot_records_a_changed_station(
-    transformed_lakehouse: TransformedLakehouse, spark: SparkSession
-) -> None:
-    """snap_stations (dbt snapshot, check strategy): a station whose capacity changed in
-    silver gets a second version, the first one closed; the others keep one version."""
-    ingested = transformed_lakehouse.ingested
-    settings = ingested.settings
-    stations_uri = table_uri(settings, "silver_stations")
-    snapshot_uri = catalog_location(settings, "snapshots.snap_stations")
-    stations = read_delta(settings, "silver_stations")
-    assert stations.num_rows > 0
-    station = stations["station_id"][0].as_py()
-    assert "'" not in station
-    with _restored(spark, settings, stations_uri, snapshot_uri):
-        before = read_catalog_table(settings, "snapshots.snap_stations")
-        assert before.num_rows == stations.num_rows
-        spark.sql(f"UPDATE delta.`{spark_uri(stations_uri)}` SET capacity = capacity + 7 "
-                  f"WHERE station_id = '{station}'")
-        result = run_cli("transform", "--select", "snap_stations", "--no-docs",
-                         "--no-freshness", env=ingested.env, timeout=900)
-        assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
-        after = read_catalog_table(settings, "snapshots.snap_stations")
-        versions = after.filter(pc.equal(after["station_id"], station)).sort_by("dbt_valid_from")
-        old_capacity = stations.filter(pc.equal(stations["station_id"], station))["capacity"]
-        assert versions["capacity"].to_pylist() == [old_capacity[0].as_py(),
-                                                    old_capacity[0].as_py() + 7]
-        assert versions["dbt_valid_to"][0].is_valid and not versions["dbt_valid_to"][1].is_valid
-        assert after.num_rows == before.num_rows + 1
 
 
 def test_the_dbt_profile_reaches_the_configured_sql_endpoint() -> None:
