@@ -242,8 +242,8 @@ def test_incremental_mart_and_snapshot_take_the_changes_in_one_run(
         spark.sql(f"UPDATE delta.`{spark_uri(stations_uri)}` SET capacity = capacity + 7 "
                   f"WHERE station_id = '{station}'")
 
-        result = run_cli("transform", "--select", "fct_station_status_observations",
-                         "snap_stations", "--no-docs", "--no-freshness", "--",
+        result = run_cli("transform", "--select", "fct_station_status_observations snap_stations",
+                         "--no-docs", "--no-freshness", "--",
                          "--indirect-selection", "cautious", env=ingested.env, timeout=900)
         assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
 
