@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import pyarrow.compute as pc
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 from deltalake import DeltaTable
@@ -157,6 +158,7 @@ def test_a_changed_topic_prefix_flows_through_to_the_same_bronze_table(
     assert set(rows["value"].to_pylist()) == values
 
 
+@pytest.mark.timeout(1200)  # a continuous job's JVM start under load
 def test_sigkill_mid_stream_then_restart_loses_and_duplicates_nothing(
     stack: Stack, settings: Settings, spark: SparkSession
 ) -> None:
@@ -289,6 +291,7 @@ def test_deleted_checkpoint_resumes_after_what_the_table_holds(
     _assert_exactly_once(settings, topic, values | late)
 
 
+@pytest.mark.timeout(1200)  # a continuous job's JVM start under load
 def test_ctrl_c_while_batches_commit_keeps_every_committed_version(
     stack: Stack, settings: Settings, spark: SparkSession
 ) -> None:
@@ -312,6 +315,7 @@ def test_ctrl_c_while_batches_commit_keeps_every_committed_version(
     _assert_exactly_once(settings, topic, values)
 
 
+@pytest.mark.timeout(1200)  # a continuous job's JVM start under load
 def test_broker_restart_mid_stream_is_ridden_out_exactly_once(
     stack: Stack, settings: Settings
 ) -> None:
