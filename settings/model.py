@@ -216,11 +216,17 @@ class IngestSettings(_Section):
     # A continuous run updates gold in one round this often.
     gold_interval_seconds: float = Field(default=60.0, gt=0)
 
+    @model_validator(mode="after")
+    def _longest_pause_not_shorter(self) -> IngestSettings:
+        if self.retry_longest_pause_seconds < self.retry_first_pause_seconds:
+            raise ValueError("retry_longest_pause_seconds is shorter than "
+                             "retry_first_pause_seconds")
+        return self
+
     @property
     def retry_pauses(self) -> tuple[float, float]:
         """(first, longest) pause between retries of a failing part."""
-        return (self.retry_first_pause_seconds,
-                max(self.retry_longest_pause_seconds, self.retry_first_pause_seconds))
+        return (self.retry_first_pause_seconds, self.retry_longest_pause_seconds)
 
 
 class AnalysisSettings(_Section):
