@@ -106,36 +106,6 @@ def cluster() -> Iterator[dict[str, str]]:
         assert_nothing_left(stack, pids)
 
 
-@dataclass(frozen=True)
-class Ingested:
-    env: dict[str, str]  # the cluster ingest's (tables, checkpoints, catalog)
-    local_env: dict[str, str]  # the same inputs read again on local[2]
-
-
-@pytest.fixture(scope="module")
-def ingested(cluster: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Ingested:
-    """`ingest --until-caught-up` on the cluster; then the same topics read again on
-    `local[2]` (sources and rentals traffic left out, so the inputs are the same records)."""
-    checkpoints = tmp_path_factory.mktemp("cluster-checkpoints")
-    run = uuid.uuid4().hex[:8]
-    env = scoped(cluster, f"c{run}", checkpoints)
-    settings = settings_of(env)
-    drop_trips(settings, run)
-    with FeedSimulator(port=settings.simulator.port, host=settings.simulator.host,
-                       seed=settings.simulator.seed):
-        result = run_cli("ingest", "--until-caught-up", profile=PROFILE, env=env,
-                         timeout=1500)
-        assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
-        # Spark inside the driver; the stack's own workers are left out of this run's view
-        local_env = {**scoped(cluster, f"l{run}", checkpoints),
-                     "LAKEHOUSE_SPARK__MASTER": "local[2]",
-                     "LAKEHOUSE_EMBEDDED__SPARK_WORKERS": "0"}
-        again = run_cli("ingest", "--until-caught-up", "--skip", "connectors", "--skip",
-                        "rentals", profile=PROFILE, env=local_env, timeout=1500)
-        assert again.returncode == 0, (again.stdout + again.stderr)[-6000:]
-    return Ingested(env=env, local_env=local_env)
-
-
 def definitions(layer: str) -> list[dict[str, Any]]:
     return [yaml.safe_load(path.read_text()) for path in sorted((TABLES / layer).glob("*.yaml"))]
 
@@ -152,17 +122,56 @@ def by_key(table: pa.Table, key: list[str], left_out: set[str]) -> dict[tuple, t
     return rows
 
 
+Rows = dict[str, dict[tuple, tuple]]  # table -> rows by unique key
+
+
+def layer_rows(settings: Settings, layer: str) -> Rows:
+    left_out = GOLD_WRITE_TIME if layer == "gold" else WRITE_TIME
+    return {d["name"]: by_key(read_delta(settings, d["name"]), d["unique_key"], left_out)
+            for d in definitions(layer)}
+
+
+@dataclass(frozen=True)
+class Ingested:
+    env: dict[str, str]  # the cluster ingest's (tables, checkpoints, catalog)
+    on_cluster: dict[str, Rows]  # silver and gold as the cluster's executors wrote them
+    on_local: dict[str, Rows]  # the same tables rebuilt from the same bronze on local[2]
+
+
+@pytest.fixture(scope="module")
+def ingested(cluster: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Ingested:
+    """`ingest --until-caught-up` on the cluster; then silver and gold rebuilt from that
+    bronze on `local[2]` (`lakehouse replay`, which equals the incremental run:
+    test_backfill), read before and after. One ingest, not two: the local side needs no
+    tables, scrapers, connectors or quality checks of its own."""
+    run = uuid.uuid4().hex[:8]
+    env = scoped(cluster, f"c{run}", tmp_path_factory.mktemp("cluster-checkpoints"))
+    settings = settings_of(env)
+    drop_trips(settings, run)
+    with FeedSimulator(port=settings.simulator.port, host=settings.simulator.host,
+                       seed=settings.simulator.seed):
+        result = run_cli("ingest", "--until-caught-up", profile=PROFILE, env=env,
+                         timeout=1500)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    on_cluster = {layer: layer_rows(settings, layer) for layer in ("silver", "gold")}
+    # Spark inside the driver; the stack's own workers are left out of this run's view
+    local_env = {**env, "LAKEHOUSE_SPARK__MASTER": "local[2]",
+                 "LAKEHOUSE_EMBEDDED__SPARK_WORKERS": "0"}
+    replay = run_cli("replay", profile=PROFILE, env=local_env, timeout=1500)
+    assert replay.returncode == 0, (replay.stdout + replay.stderr)[-6000:]
+    on_local = {layer: layer_rows(settings, layer) for layer in ("silver", "gold")}
+    return Ingested(env=env, on_cluster=on_cluster, on_local=on_local)
+
+
 @pytest.mark.parametrize("layer", ["silver", "gold"])
 def test_cluster_ingest_equals_local(ingested: Ingested, layer: str) -> None:
-    """Executors on two workers produce, key by key, what one local[2] process does."""
-    on_cluster, local = settings_of(ingested.env), settings_of(ingested.local_env)
-    ran_on_workers = {app["name"] for app in master_state(on_cluster)["completedapps"]}
+    """Executors on two workers produce, key by key, what one local[2] process does from
+    the same bronze."""
+    ran_on_workers = {app["name"] for app in
+                      master_state(settings_of(ingested.env))["completedapps"]}
     assert "lakehouse-ingest" in ran_on_workers, ran_on_workers
-    left_out = GOLD_WRITE_TIME if layer == "gold" else WRITE_TIME
-    for definition in definitions(layer):
-        name, key = definition["name"], definition["unique_key"]
-        cluster_rows = by_key(read_delta(on_cluster, name), key, left_out)
-        local_rows = by_key(read_delta(local, name), key, left_out)
+    for name, cluster_rows in ingested.on_cluster[layer].items():
+        local_rows = ingested.on_local[layer][name]
         assert cluster_rows, f"{name}: no rows on the cluster"
         differ = sorted(k for k in cluster_rows.keys() | local_rows.keys()
                         if cluster_rows.get(k) != local_rows.get(k))
