@@ -23,9 +23,6 @@ from settings import Settings
 
 GENERATED_DIR = Path("models") / "lakehouse"
 KAFKA_SOURCE = "kafka"
-# Source freshness of a topic: how old the newest record landed in bronze may be.
-FRESHNESS = {"warn_after": {"count": 1, "period": "hour"},
-             "error_after": {"count": 24, "period": "hour"}}
 # Layers whose tables get a uniqueness test of their key (quarantine and quality tables
 # keep every failing row / result, repeats included).
 TESTED_LAYERS = ("bronze", "silver", "gold")
@@ -37,6 +34,21 @@ def kafka_table_name(topic: str) -> str:
     return topic.replace(".", "_").replace("-", "_")
 
 
+def source_selector(definition: TableDefinition) -> str:
+    """dbt's node selector of a bronze table's topic source (`source:kafka.trips_csv`)."""
+    assert definition.source is not None and definition.source.topic is not None
+    return f"source:{KAFKA_SOURCE}.{kafka_table_name(definition.source.topic)}"
+
+
+def _freshness(definition: TableDefinition) -> dict[str, Any]:
+    """The topic's source freshness as its table file declares it (hours)."""
+    assert definition.source is not None
+    declared = definition.source.freshness
+    limits = {"warn_after": declared.warn_after_hours, "error_after": declared.error_after_hours}
+    return {level: {"count": hours, "period": "hour"}
+            for level, hours in limits.items() if hours is not None}
+
+
 def _definition_file(definition: TableDefinition) -> str:
     return f"lakehouse/tables/{definition.layer}/{definition.name}.yaml"
 
@@ -45,11 +57,12 @@ def _topic_source(settings: Settings, definition: TableDefinition,
                   producers: dict[str, TopicProducer]) -> dict[str, Any]:
     """A dbt source table per bronze topic, named as the topic file names it (stable when
     the profile's topic prefix changes); `meta.kafka_topic` is the name on the broker."""
-    declared = definition.source.topic if definition.source else None
-    assert declared is not None
+    assert definition.source is not None and definition.source.topic is not None
+    declared = definition.source.topic
     topic = settings.kafka.topic(declared)
     owner = producers.get(topic)
-    meta: dict[str, Any] = {"kafka_topic": topic, "landed_in": definition.name}
+    meta: dict[str, Any] = {"kafka_topic": topic, "landed_in": definition.name,
+                            "freshness_when_empty": definition.source.freshness.when_empty}
     if owner:
         meta.update(owner.as_meta(settings.project_dir))
         producer = f"{owner.kind} `{owner.name}` ({meta['producer_file']})"
@@ -60,10 +73,12 @@ def _topic_source(settings: Settings, definition: TableDefinition,
         # read through its raw landing table: the records as the topic held them
         "identifier": _catalog_table(definition),
         "description": f"Kafka topic `{topic}`, written by {producer}, as landed raw in "
-                       f"`{definition.name}`. Freshness is the age of the newest record.",
+                       f"`{definition.name}`. Freshness is the age of the newest record"
+                       + ("; while the topic never received one, it is not judged."
+                          if definition.source.freshness.when_empty == "skip" else "."),
         "meta": meta,
         "loaded_at_field": "kafka_timestamp",
-        "freshness": {k: dict(v) for k, v in FRESHNESS.items()},  # no YAML anchors
+        "freshness": _freshness(definition),
         "columns": _columns(definition),
     }
 

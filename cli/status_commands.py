@@ -13,12 +13,21 @@ import threading
 import time
 
 import click
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from cli.context import settings_of
 from infra.stack import Stack
+
+# Below this many terminal columns the tables leave out their secondary columns (version,
+# pid, partitions, rows added in the last hour, ...) so each row stays on one line.
+WIDE_COLUMNS = 120
+# Columns a narrow layout leaves out, per section.
+NARROW_LEAVES_OUT = {"servers": {"version", "pid"}, "sources": {"newest snapshot"},
+                     "connectors": {"type"}, "topics": {"partitions"},
+                     "tables": {"version", "+rows 1h", "quarantined"}}
 
 
 def format_uptime(seconds: float | None) -> str:
@@ -41,12 +50,16 @@ def format_uptime(seconds: float | None) -> str:
 @click.option("--stale-after", "stale_after", multiple=True, metavar="LAYER=MINUTES",
               help="Freshness threshold of a layer's tables (repeatable); defaults: bronze "
                    "60, silver 60, gold 120; quarantine and quality are not checked.")
+@click.option("--wide", is_flag=True,
+              help=f"Every column, however wide the terminal (below {WIDE_COLUMNS} columns "
+                   "the tables leave out version, pid, partitions, rows added in the last "
+                   "hour and quarantined rows).")
 @click.option("--timeout", type=click.FloatRange(min=0.5), default=4.0, show_default=True,
               help="Seconds the pipeline parts may take; a part not done by then shows as "
                    "unavailable (the servers are always waited for).")
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, watch: float | None, servers_only: bool,
-           stale_after: tuple[str, ...], timeout: float) -> None:
+           stale_after: tuple[str, ...], timeout: float, wide: bool) -> None:
     """Servers and pipelines: sources, connectors, topics with each consumer's lag (Spark
     queries included), tables with their last commit and freshness.
 
@@ -55,7 +68,7 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, servers_only:
     """
     settings = settings_of(ctx)
     if servers_only:
-        sys.exit(0 if print_servers(Stack(settings), as_json) else 1)
+        sys.exit(0 if print_servers(Stack(settings), as_json, wide) else 1)
     thresholds = _thresholds(stale_after)
     from cli import status_report
 
@@ -64,7 +77,8 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, servers_only:
         if as_json:
             click.echo(json.dumps(report.as_dict(), indent=2, default=str))
         else:
-            Console(highlight=False).print(_render_report(report))
+            console = Console(highlight=False)
+            console.print(_render_report(report, narrow=_narrow(console, wide)))
         _exit_status(report.servers_up, abandoned=bool(report.late))
     from rich.live import Live
 
@@ -81,12 +95,12 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, servers_only:
             report = status_report.gather(settings, thresholds, timeout)
             servers_up = report.servers_up
             if live is not None:
-                live.update(_render_report(report), refresh=True)
+                live.update(_render_report(report, narrow=_narrow(out, wide)), refresh=True)
             elif as_json:  # one object a line
                 click.echo(json.dumps(report.as_dict(), default=str))
             else:  # not a terminal (a file, a pipe): one report after another
                 out.print(f"-- {time.strftime('%H:%M:%S')} --")
-                out.print(_render_report(report))
+                out.print(_render_report(report, narrow=_narrow(out, wide)))
             sys.stdout.flush()
             stop.wait(watch)
     _exit_status(servers_up, abandoned=True)
@@ -122,8 +136,13 @@ def _thresholds(values: tuple[str, ...]) -> dict[str, float | None]:
     return found
 
 
-def _render_report(report: object) -> object:
-    """The status as rich renderables, one table per section (`cli.status_report` data)."""
+def _narrow(console: Console, wide: bool) -> bool:
+    return not wide and console.width < WIDE_COLUMNS
+
+
+def _render_report(report: object, narrow: bool = False) -> object:
+    """The status as rich renderables, one table per section (`cli.status_report` data);
+    `narrow` leaves out the secondary columns (NARROW_LEAVES_OUT)."""
     from rich.console import Group
 
     from cli.status_report import Section, StatusReport
@@ -138,11 +157,14 @@ def _render_report(report: object) -> object:
             parts.append(f"[bold]{title}[/bold]: [red]unavailable[/red] - "
                          f"{escape(part.reason or '')}")
             return
-        table = Table(title=title, title_justify="left")
-        for column in columns:
-            table.add_column(column)
+        left_out = NARROW_LEAVES_OUT.get(title.split(" ", 1)[0], set()) if narrow else set()
+        kept = [i for i, column in enumerate(columns) if column not in left_out]
+        table = Table(title=title, title_justify="left",
+                      box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
+        for i in kept:  # names whole; the other cells fold when the row is too wide
+            table.add_column(columns[i], overflow="fold", no_wrap=i == 0)
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(row[i] for i in kept))
         parts.append(table)
         parts.extend(f"  [yellow]warning:[/yellow] {escape(w)}" for w in part.warnings)
 
@@ -174,7 +196,8 @@ def _render_report(report: object) -> object:
             [(t["table"], _none(t["version"]), _ago(t["last_commit_at"], now),
               _none(t["rows"]), _none(t["rows_added_last_hour"]) +
               ("+" if t["rows_added_at_least"] else ""), _none(t["quarantined_rows"]),
-              _coloured(_freshness_text(t), freshness_colours.get(t["freshness"], "dim")))
+              _coloured(_freshness_text(t, narrow),
+                        freshness_colours.get(t["freshness"], "dim")))
              for t in report.tables.items])
     return Group(*parts)
 
@@ -203,31 +226,39 @@ def _ago(moment: float | None, now: float) -> str:
     return f"{format_uptime(max(now - moment, 0))} ago"
 
 
-def _freshness_text(table: dict) -> str:
+def _freshness_text(table: dict, narrow: bool = False) -> str:
     if table["error"]:
         return f"unreadable: {table['error'][:80]}"
+    if narrow:  # the age is the last commit's; the limit is in --wide
+        return str(table["freshness"])
     if table["freshness"] in ("fresh", "stale"):
         return (f"{table['freshness']} ({format_uptime(table['age_seconds'])} old, limit "
                 f"{table['stale_after_minutes']:g} min)")
     return table["freshness"]
 
 
-def print_servers(stack: Stack, as_json: bool) -> bool:
+def print_servers(stack: Stack, as_json: bool, wide: bool = False) -> bool:
     """The servers' table (or JSON list); whether every server is up."""
     rows = stack.status()
     if as_json:
         click.echo(json.dumps([row.__dict__ for row in rows], indent=2))
     else:
-        table = Table(title=f"lakehouse stack (profile {stack.settings.profile})")
-        for column in ("component", "state", "address", "version", "uptime", "pid"):
-            table.add_column(column)
+        console = Console()
+        narrow = _narrow(console, wide)
+        columns = ("component", "state", "address", "version", "uptime", "pid")
+        kept = [i for i, c in enumerate(columns)
+                if not (narrow and c in NARROW_LEAVES_OUT["servers"])]
+        table = Table(title=f"lakehouse stack (profile {stack.settings.profile})",
+                      box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
+        for i in kept:
+            table.add_column(columns[i], overflow="fold", no_wrap=i == 0)
         colours = {"healthy": "green", "reachable": "green", "stopped": "yellow"}
         for row in rows:
             colour = colours.get(row.state, "red")
-            table.add_row(row.name, f"[{colour}]{row.state}[/{colour}]", row.address,
-                          row.version, format_uptime(row.uptime_seconds),
-                          str(row.pid or "-"))
-        Console().print(table)
+            cells = (row.name, f"[{colour}]{row.state}[/{colour}]", row.address, row.version,
+                     format_uptime(row.uptime_seconds), str(row.pid or "-"))
+            table.add_row(*(cells[i] for i in kept))
+        console.print(table)
     return all(row.state in ("healthy", "reachable") for row in rows)
 
 

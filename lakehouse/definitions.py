@@ -100,6 +100,18 @@ class ColumnDefinition(_Strict):
         return str(types.DataType.fromJson(schema).toDDL())
 
 
+class FreshnessDefinition(_Strict):
+    """How old the newest record of a bronze table's topic may be before `dbt source
+    freshness` (run by `lakehouse transform`) warns or fails; None: never."""
+
+    warn_after_hours: int | None = Field(default=1, ge=1)
+    error_after_hours: int | None = Field(default=24, ge=1)
+    # A table that never received a record, because its feed never ran (no trip file
+    # dropped yet): "error" judges it stale like any other, "skip" reports it as having no
+    # data and leaves it out of the check until its first record lands.
+    when_empty: Literal["error", "skip"] = "error"
+
+
 class SourceDefinition(_Strict):
     """Where a table's rows come from (documentation for readers and the pipeline)."""
 
@@ -109,6 +121,8 @@ class SourceDefinition(_Strict):
     tables: list[str] = Field(default_factory=list)
     format: str | None = None
     notes: str | None = None
+    # bronze tables of a topic: the topic's source freshness (defaults when left out)
+    freshness: FreshnessDefinition = Field(default_factory=FreshnessDefinition)
 
 
 class TableDefinition(_Strict):
@@ -188,6 +202,10 @@ class TableDefinition(_Strict):
             if self.properties.get(key) != setting:
                 raise ValueError(f"properties: {self.layer} tables must set {key}: "
                                  f"{setting} ({why})")
+        if (self.layer != "bronze" and self.source is not None
+                and "freshness" in self.source.model_fields_set):
+            raise ValueError("source.freshness: only a bronze table (a topic as landed) "
+                             "declares source freshness")
         if self.layer == "bronze" and self.constraints:
             raise ValueError("constraints: bronze tables take no CHECK constraints (they keep "
                              "every record; the Spark bronze writer refuses constrained tables)")

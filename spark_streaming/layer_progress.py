@@ -32,8 +32,12 @@ class LayerProgress:
         self.layer = layer
         self._seen: dict[str, int] = {}  # query name -> last batch counted
 
-    def line(self, recent: dict[str, list[dict]]) -> str:
-        """`recent`: each query's recentProgress (oldest first), by query name."""
+    def line(self, recent: dict[str, list[dict]],
+             counted: tuple[int, int] | None = None) -> str:
+        """`recent`: each query's recentProgress (oldest first), by query name. `counted`:
+        the batches and rows since the last line as the caller's own counters have them,
+        when the line also shows other figures of those counters (Spark posts a batch's
+        progress after its foreachBatch returned, so counting both ways would not add up)."""
         batches = rows = 0
         slowest = 0.0
         lags: list[int] = []
@@ -49,9 +53,11 @@ class LayerProgress:
                 lag = _lag(progresses[-1])
                 if lag is not None:
                     lags.append(lag)
+        if counted is not None:
+            batches, rows = counted
         line = (f"{self.layer}: {len(recent)} queries, {batches} batches, {rows:,} rows "
                 "since the last line")
-        if batches:
+        if batches and slowest:  # a batch whose progress Spark has not posted yet: none
             line += f", slowest batch {slowest:.1f} s"
         if lags:
             line += f", lag {sum(lags):,} records"

@@ -255,6 +255,10 @@ def test_layer_progress_line_sums_new_batches_and_consumer_lag() -> None:
         "lag 9 records")
     assert progress.line({"bronze_a": [], "bronze_b": []}) == (
         "bronze: 2 queries, 0 batches, 0 rows since the last line")
+    # the caller's own counters (silver's pipelines) win over Spark's posted progress,
+    # which comes after the batch's foreachBatch returned
+    assert progress.line({"bronze_a": [], "bronze_b": []}, counted=(2, 198)) == (
+        "bronze: 2 queries, 2 batches, 198 rows since the last line")
 
 
 def test_records_of_aborted_transactions_never_reach_bronze(

@@ -1,4 +1,5 @@
-"""`lakehouse status` after a caught-up ingest (every section, lag 0, freshness per table),
+"""`lakehouse status` after a caught-up ingest (every section, lag 0, freshness per table,
+readable at 80 columns),
 with the servers out of reach (each part unavailable with its reason, quickly), and
 `lakehouse --version`."""
 
@@ -86,6 +87,22 @@ def test_status_json_after_a_caught_up_ingest(ingested_lakehouse: IngestedLakeho
     silver = tables["silver_station_status"]
     assert silver["quarantine_table"] == "quarantine_station_status"
     assert silver["quarantined_rows"] == tables["quarantine_station_status"]["rows"]
+
+
+def test_status_fits_an_80_column_terminal(ingested_lakehouse: IngestedLakehouse) -> None:
+    """At 80 columns each row stays on one line, whole names included; --wide (or a wide
+    terminal) shows the secondary columns."""
+    env = {**ingested_lakehouse.env, "COLUMNS": "80"}
+    result = run_cli("status", "--timeout", "60", env=env, timeout=180)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, result.stdout
+    for name in ("kafka-connect", *(d.name for d in _definitions())):
+        assert any(name in line.split() for line in lines), (name, result.stdout)
+    assert "+rows 1h" not in result.stdout and "pid" not in result.stdout
+    wide = run_cli("status", "--wide", "--timeout", "60", env=env, timeout=180)
+    assert wide.returncode == 0, wide.stderr
+    assert "+rows 1h" in wide.stdout and "pid" in wide.stdout
 
 
 def _definitions() -> list:

@@ -42,6 +42,7 @@ class SilverPipeline:
     suite: Suite
     run_id: str
     totals: dict[str, int] = field(default_factory=dict)
+    batches: int = 0  # micro-batches committed (with `totals`: what a progress line counts)
 
     def __post_init__(self) -> None:
         self.silver = DeltaTarget(self.settings, self.spec.table)
@@ -72,6 +73,7 @@ class SilverPipeline:
             frame.unpersist()
         for name in TOTALS:
             self.totals[name] += counts.get(name, 0)
+        self.batches += 1
 
     def _write_silver(self, spark: SparkSession, rows: DataFrame, batch_id: int) -> int:
         mode, target, run_id = self.spec.mode, self.silver, self.run_id

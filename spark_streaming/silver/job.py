@@ -220,17 +220,20 @@ def _run_continuous(spark: SparkSession, settings: Settings, pipelines: list[Sil
                for p in pipelines]
     last_report = time.monotonic()
     progress = LayerProgress("silver")
-    reported = {name: 0 for name in ("passed", "quarantined")}
+    reported = {name: 0 for name in ("batches", "read", "passed", "quarantined")}
     try:
         while not stop.is_set():
             for _pipeline, query in running:
                 query.check()
             if time.monotonic() - last_report > settings.ingest.progress_interval_seconds:
-                totals = {name: sum(p.totals[name] for p, _ in running) for name in reported}
+                # one reading of the pipelines' own counters: the figures add up
+                totals = {name: sum(p.batches if name == "batches" else p.totals[name]
+                                    for p, _ in running) for name in reported}
+                since = {name: totals[name] - reported[name] for name in reported}
                 report(progress.line({q.table: q.query.recentProgress
-                                      for _, q in running if q.query is not None})
-                       + f"; {totals['passed'] - reported['passed']:,} passed, "
-                       f"{totals['quarantined'] - reported['quarantined']:,} quarantined")
+                                      for _, q in running if q.query is not None},
+                                     counted=(since["batches"], since["read"]))
+                       + f"; {since['passed']:,} passed, {since['quarantined']:,} quarantined")
                 reported = totals
                 last_report = time.monotonic()
             stop.wait(1)
