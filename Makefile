@@ -22,6 +22,10 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -r requirements.lock
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	$(BIN)/python -m pip check
+	@# pyspark's own beeline script needs the venv activated to find its Spark home: this
+	@# one opens beeline on the project's SQL endpoint from any shell (`lakehouse sql`)
+	@printf '#!/bin/sh\n# beeline on the SQL endpoint: `lakehouse sql --help`\nexec "$$(dirname "$$0")/lakehouse" sql -- "$$@"\n' > $(BIN)/beeline
+	@rm -f $(BIN)/beeline.cmd
 	@sha256sum requirements.lock pyproject.toml > $(STAMP)
 
 setup: $(STAMP) ## Create .venv from the lock, install Debian packages, binaries and jars

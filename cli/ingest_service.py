@@ -136,7 +136,8 @@ def start_simulator(settings: Settings, stack: ExitStack, report: Report) -> Non
     if not settings.embedded.enabled:
         return
     if not port_is_free(config.port):
-        report(f"simulator: port {config.port} is taken, assuming a simulator runs there")
+        if not settings.embedded.simulator:  # else the stack's own simulator server
+            report(f"simulator: port {config.port} is taken, assuming a simulator runs there")
         return
     simulator = FeedSimulator(port=config.port, host=config.host, seed=config.seed,
                               tick_interval=30.0)

@@ -24,6 +24,7 @@ from cli.quality_commands import quality
 from cli.rentals_commands import rentals
 from cli.scrape_commands import scrape, simulator
 from cli.silver_commands import silver
+from cli.sql_commands import sql
 from cli.status_commands import print_servers, status
 from cli.tables_commands import maintain, tables
 from cli.terminal import console, report_failure, say, set_verbosity
@@ -106,7 +107,9 @@ def setup(ctx: click.Context) -> None:
 @click.option("--airflow/--no-airflow", default=None,
               help="Also start Airflow (API server and UI on http://127.0.0.1:"
                    "embedded.airflow_port, scheduler, DAG processor, triggerer) for this "
-                   "start; default: the setting embedded.airflow (false). `down` stops it.")
+                   "start; default: the setting embedded.airflow (false). With the rest "
+                   "running, only Airflow starts. `down` (or `down --airflow` alone) stops "
+                   "it.")
 @click.pass_context
 def up(ctx: click.Context, brokers: int | None, sql_endpoint: bool | None,
        airflow: bool | None) -> None:
@@ -137,10 +140,17 @@ def up(ctx: click.Context, brokers: int | None, sql_endpoint: bool | None,
 
 
 @cli.command()
+@click.option("--airflow", is_flag=True,
+              help="Stop only Airflow (its four processes); the rest keeps running.")
+@click.option("--sql-endpoint", is_flag=True,
+              help="Stop only the SQL endpoint; the rest keeps running.")
 @click.pass_context
-def down(ctx: click.Context) -> None:
-    """Stop every component gracefully, then forcefully; a no-op when nothing runs."""
-    Stack(settings_of(ctx)).down(_say)
+def down(ctx: click.Context, airflow: bool, sql_endpoint: bool) -> None:
+    """Stop every component gracefully, then forcefully; a no-op when nothing runs.
+    With --airflow or --sql-endpoint, only those."""
+    only = tuple(prefix for flag, prefix in ((airflow, "airflow-"),
+                                              (sql_endpoint, "sql-endpoint")) if flag)
+    Stack(settings_of(ctx)).down(_say, only)
 
 
 @cli.command()
@@ -287,6 +297,7 @@ cli.add_command(quality)
 cli.add_command(transform)
 cli.add_command(docs)
 cli.add_command(notebooks)
+cli.add_command(sql)
 document_exit_codes(cli)
 
 

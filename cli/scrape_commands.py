@@ -127,27 +127,33 @@ def scrape(ctx: click.Context, once: bool, names: tuple[str, ...], verbose: bool
 
 
 @click.command()
+@click.option("--host", default=None,
+              help="Address to listen on (default: simulator.host of the profile, 127.0.0.1).")
 @click.option("--port", type=int, default=None,
-              help="Port on 127.0.0.1 (default: simulator.port of the profile).")
+              help="Port (default: simulator.port of the profile).")
 @click.option("--seed", type=int, default=None, help="Seed (default: simulator.seed).")
 @click.option("--tick-interval", type=float, default=30.0, show_default=True,
               help="Seconds of wall time per simulation tick (statuses change each tick).")
 @click.option("--ttl", type=int, default=30, show_default=True,
               help="GBFS ttl the feeds announce, in seconds.")
 @click.pass_context
-def simulator(ctx: click.Context, port: int | None, seed: int | None, tick_interval: float,
-              ttl: int) -> None:
-    """Serve a simulated GBFS 2.3/3.0 system and Open-Meteo weather until Ctrl-C."""
+def simulator(ctx: click.Context, host: str | None, port: int | None, seed: int | None,
+              tick_interval: float, ttl: int) -> None:
+    """Serve a simulated GBFS 2.3/3.0 system and Open-Meteo weather until Ctrl-C.
+
+    The embedded stack runs one as its `simulator` server (`lakehouse up`); this command
+    serves one of your own, on another port or seed."""
     from connectors.simulator import FeedSimulator
 
     settings = settings_of(ctx)
     chosen_port = settings.simulator.port if port is None else port
+    host = host or settings.simulator.host
     try:
-        sim = FeedSimulator(port=chosen_port, host=settings.simulator.host,
+        sim = FeedSimulator(port=chosen_port, host=host,
                             seed=settings.simulator.seed if seed is None else seed,
                             ttl=ttl, tick_interval=tick_interval)
     except OSError as exc:
-        console.print(f"[red]error:[/red] cannot listen on {settings.simulator.host}:"
+        console.print(f"[red]error:[/red] cannot listen on {host}:"
                       f"{chosen_port} ({exc.strerror}; held by {port_holder(chosen_port)}); "
                       f"choose another with --port or simulator.port")
         sys.exit(2)

@@ -15,6 +15,7 @@ from infra.components.kafka import check_formatted_for, kafka_nodes
 from infra.components.kafka_connect import KafkaConnect
 from infra.components.minio import Minio
 from infra.components.postgres import Postgres
+from infra.components.simulator import FeedSimulatorServer
 from infra.components.spark_cluster import spark_cluster
 from infra.components.sql_endpoint import SqlEndpoint
 from infra.layout import StateLayout
@@ -41,7 +42,8 @@ def replication_advice(settings: Settings) -> str | None:
 
 class Stack:
     """MinIO; Apache Kafka (one node or several) -> Kafka Connect (its topics on Kafka);
-    PostgreSQL; a Spark standalone master and its workers (embedded.spark_workers);
+    PostgreSQL; the feed simulator; a Spark standalone master and its workers
+    (embedded.spark_workers);
     optionally the SQL endpoint (Spark's Thrift server: the catalog in
     PostgreSQL, the tables on S3) and Airflow (its metadata in PostgreSQL)."""
 
@@ -53,6 +55,7 @@ class Stack:
             *kafka_nodes(settings, self.layout),
             KafkaConnect(settings, self.layout),
             Postgres(settings, self.layout),
+            FeedSimulatorServer(settings, self.layout),
             *spark_cluster(settings, self.layout),
             SqlEndpoint(settings, self.layout),
             *airflow_components(settings, self.layout),
@@ -81,8 +84,12 @@ class Stack:
         wanted = [c for c in self.components if c.wanted()]
         return [c.name for c in start_components(wanted, report)]
 
-    def down(self, report: Report) -> list[str]:
-        stopped = stop_components(self.components, report)
+    def down(self, report: Report, only: tuple[str, ...] = ()) -> list[str]:
+        """Stop every component, or only those whose names start with one of `only`
+        (`airflow-` for Airflow's four processes)."""
+        chosen = [c for c in self.components
+                  if not only or any(c.name.startswith(prefix) for prefix in only)]
+        stopped = stop_components(chosen, report)
         if not stopped:
             report("nothing was running")
         return stopped

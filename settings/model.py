@@ -354,6 +354,10 @@ class EmbeddedSettings(_Section):
     # it is one more Spark driver (spark.driver_memory).
     sql_endpoint: bool = False
     sql_endpoint_port: int = Field(default=18010, ge=1, le=65535)
+    # The feed simulator the default scraper sources read (simulator.host:port) as a server
+    # of the stack: `lakehouse up` starts it, so the scrapers and Airflow's scrape DAGs have
+    # their feeds. False: none is started (a test's or your own `lakehouse simulator`).
+    simulator: bool = True
     # Airflow (API server with the UI, scheduler, DAG processor, triggerer): `lakehouse up`
     # starts it when true (or with `up --airflow`); off by default, the ingest needs none.
     airflow: bool = False

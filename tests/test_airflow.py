@@ -114,7 +114,8 @@ def airflow(stack: Stack, settings: Settings,
             ingested_lakehouse: IngestedLakehouse) -> Iterator[AirflowApi]:
     """Airflow started once by the project on the running test stack, with the shared
     ingest's tables and catalog (the transform DAG builds its marts) and this module's
-    topics; stopped after the module (every process of it gone, its port free)."""
+    topics; stopped after the module by `down --airflow` (every process of it gone, its
+    port free, the other servers left running)."""
     for component in _airflow_components(settings):  # one left by an earlier session runs
         component.stop()                              # with other settings: start afresh
     result = run_cli("up", "--airflow", env={**AIRFLOW_ENV, **ingested_lakehouse.env},
@@ -127,12 +128,16 @@ def airflow(stack: Stack, settings: Settings,
         yield AirflowApi(settings)
     finally:
         pids = [pid for c in components if (pid := c.process.pid()) is not None]  # restarts
-        for component in reversed(components):
-            component.stop()
+        others = {c.name: c.process.pid() for c in stack.components
+                  if not c.name.startswith("airflow-") and c.process.pid() is not None}
+        result = run_cli("down", "--airflow", timeout=300)  # Airflow alone
+        assert result.returncode == 0, result.stderr
         alive = [p for p in pids if psutil.pid_exists(p)
                  and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
         assert not alive, f"Airflow processes left running: {alive}"
         assert port_is_free(settings.embedded.airflow_port)
+        assert {c.name: c.process.pid() for c in stack.components
+                if c.name in others} == others, "down --airflow stopped another server"
 
 
 def _wait_for_dags(api: AirflowApi, expected: set[str], timeout: float = 180) -> set[str]:

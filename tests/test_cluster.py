@@ -26,7 +26,6 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
 from benchmarks.kafka_batches import watermarks
-from connectors.simulator.server import FeedSimulator
 from infra.clients import kafka_admin, kafka_config
 from infra.components.spark_cluster import master_state
 from infra.ports import wait_until
@@ -95,7 +94,8 @@ def cluster() -> Iterator[dict[str, str]]:
     try:  # a failed or timed-out `up` is stopped all the same
         result = run_cli("up", profile=PROFILE, env=env, timeout=300)
         assert result.returncode == 0, f"up failed:\n{result.stdout}\n{result.stderr}"
-        for name in ("spark-master", "spark-worker-1", "spark-worker-2", "kafka-3"):
+        for name in ("spark-master", "spark-worker-1", "spark-worker-2", "kafka-3",
+                     "simulator"):
             assert f"{name}: healthy" in result.stderr or f"{name}: already healthy" \
                 in result.stderr, result.stderr
         yield env
@@ -148,10 +148,8 @@ def ingested(cluster: dict[str, str], tmp_path_factory: pytest.TempPathFactory) 
     env = scoped(cluster, f"c{run}", tmp_path_factory.mktemp("cluster-checkpoints"))
     settings = settings_of(env)
     drop_trips(settings, run)
-    with FeedSimulator(port=settings.simulator.port, host=settings.simulator.host,
-                       seed=settings.simulator.seed):
-        result = run_cli("ingest", "--until-caught-up", profile=PROFILE, env=env,
-                         timeout=1500)
+    # the feeds: the stack's own simulator server (started by `up`)
+    result = run_cli("ingest", "--until-caught-up", profile=PROFILE, env=env, timeout=1500)
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
     on_cluster = {layer: layer_rows(settings, layer) for layer in ("silver", "gold")}
     # Spark inside the driver; the stack's own workers are left out of this run's view

@@ -10,7 +10,6 @@ import importlib.metadata
 import json
 import os
 import re
-import shutil
 import socket
 import stat
 import subprocess
@@ -32,7 +31,7 @@ from infra.ports import port_is_free, wait_until
 from infra.stack import Stack
 from settings import Settings
 from spark_streaming import sql_endpoint as launch
-from spark_streaming.spark_conf import pyspark_home, spark_confs, spark_jars
+from spark_streaming.spark_conf import spark_confs, spark_jars
 from tests.conftest import (
     PROJECT_DIR,
     IngestedLakehouse,
@@ -89,21 +88,17 @@ def endpoint(ingested_lakehouse: IngestedLakehouse) -> Iterator[SqlEndpoint]:
     component.stop()
 
 
-def _beeline(settings: Settings, query: str) -> subprocess.CompletedProcess[str]:
-    java = shutil.which("java")
-    assert java, "java is not on PATH"
-    return subprocess.run(
-        [java, "-cp", f"{pyspark_home() / 'jars'}/*", "org.apache.hive.beeline.BeeLine",
-         "-u", launch.jdbc_url(settings), "-n", "lakehouse", "--silent=true",
-         "--showHeader=false", "--outputformat=tsv2", "-e", query],
-        capture_output=True, text=True, timeout=180, check=False)
+def _beeline(env: dict[str, str], query: str) -> subprocess.CompletedProcess[str]:
+    """`lakehouse sql -e` (beeline with the project's Java, jars and endpoint URL)."""
+    return run_cli("sql", "-e", query, "--", "--silent=true", "--showHeader=false",
+                   "--outputformat=tsv2", env=env, timeout=180)
 
 
 def test_beeline_counts_silver_rentals_as_delta_rs_does(
         endpoint: SqlEndpoint, ingested_lakehouse: IngestedLakehouse) -> None:
     expected = read_delta(ingested_lakehouse.settings, "silver_rentals", ["rental_id"]).num_rows
     assert expected > 0
-    result = _beeline(ingested_lakehouse.settings, COUNT_SQL)
+    result = _beeline(ingested_lakehouse.env, COUNT_SQL)
     assert result.returncode == 0, result.stdout + result.stderr
     # even silent, beeline prints its prompt (no newline) before the rows: "0: jdbc:...> 27"
     last = result.stdout.strip().splitlines()[-1]
@@ -196,7 +191,9 @@ def test_down_stops_the_endpoint_and_frees_its_port(endpoint: SqlEndpoint) -> No
     pid = endpoint.process.pid()
     assert pid is not None
     processes = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    result = run_cli("down")
+    others = {c.name: c.process.pid() for c in Stack(endpoint.settings).components
+              if c.name != "sql-endpoint" and c.process.pid() is not None}
+    result = run_cli("down", "--sql-endpoint")  # the endpoint alone
     assert result.returncode == 0, result.stderr
     assert "sql-endpoint: stopped" in result.stderr
     _, alive = psutil.wait_procs(processes, timeout=30)
@@ -204,12 +201,14 @@ def test_down_stops_the_endpoint_and_frees_its_port(endpoint: SqlEndpoint) -> No
     port = endpoint.settings.embedded.sql_endpoint_port
     assert wait_until(lambda: port_is_free(port), timeout=30), f"port {port} still taken"
     assert not endpoint.properties_file.exists()
-    # bring the stack back (without the endpoint) for the tests that follow
-    result = run_cli("up")
-    assert result.returncode == 0, result.stderr
-    assert "sql-endpoint" not in result.stderr
+    assert {c.name: c.process.pid() for c in Stack(endpoint.settings).components
+            if c.name in others} == others, "down --sql-endpoint stopped another server"
     status = run_cli("status", "--servers-only", "--json")
     assert "sql-endpoint" not in {row["name"] for row in json.loads(status.stdout)}
+    # with no endpoint, `lakehouse sql` says how to start one
+    result = run_cli("sql", "-e", COUNT_SQL)
+    assert result.returncode == 1
+    assert "lakehouse up --sql-endpoint" in result.stderr
 
 
 # -- a catalog whose schema does not exist yet -------------------------------------------
