@@ -3,7 +3,7 @@ embedded stack: `up` starts it, `status` shows it, `down` stops it and a running
 starts it again when it dies, so the scrapers and Airflow's scrape DAGs always have their
 feeds, whoever runs them. `embedded.simulator` (default true) says whether it is wanted.
 
-It runs `lakehouse simulator` (connectors/simulator) as its own process.
+It runs `python -m connectors.simulator` as its own process.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ TICK_SECONDS = 30.0
 
 class FeedSimulatorServer(Component):
     name = "simulator"
-    marker = "simulator --host"
-    start_timeout = 60.0  # a Python start importing the CLI on a busy machine
+    marker = "connectors.simulator"
+    start_timeout = 60.0
     stop_timeout = 10.0
 
     def wanted(self) -> bool:
@@ -44,9 +44,9 @@ class FeedSimulatorServer(Component):
 
     def command(self) -> list[str]:
         config = self.settings.simulator
-        return [sys.executable, "-m", "cli.main", "--profile", self.settings.profile,
-                "simulator", "--host", config.host, "--port", str(config.port),
-                "--seed", str(config.seed), "--tick-interval", f"{TICK_SECONDS:g}"]
+        return [sys.executable, "-m", "connectors.simulator", "--host", config.host,
+                "--port", str(config.port), "--seed", str(config.seed),
+                "--tick-interval", f"{TICK_SECONDS:g}"]
 
     def healthy(self) -> bool:
         answer = requests.get(f"{self.address()}/control/status", timeout=3)
