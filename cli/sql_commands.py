@@ -39,8 +39,8 @@ def sql(ctx: click.Context, query: str | None, beeline_args: tuple[str, ...]) ->
         sys.exit(FAILED)
     command = [str(java()), "-cp", f"{pyspark_home() / 'jars'}/*",
                "org.apache.hive.beeline.BeeLine",
-               "-u", jdbc_url(settings), "-n", "lakehouse",
-               *(("-e", query) if query is not None else ()), *beeline_args]
+               "-u", jdbc_url(settings), "-n", "lakehouse", *beeline_args,
+               *(("-e", query) if query is not None else ())]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(command[0], command)  # beeline owns the terminal, its exit code is ours

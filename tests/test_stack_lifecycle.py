@@ -35,9 +35,9 @@ def test_status_reports_every_component_healthy(stack: Stack) -> None:
 
 
 def test_status_table_names_columns(stack: Stack) -> None:
-    result = run_cli("status")
+    result = run_cli("status", "--wide")  # every column, whatever the terminal's width
     assert result.returncode == 0
-    for word in ("component", "state", "address", "version", "uptime", "healthy"):
+    for word in ("component", "state", "address", "version", "uptime", "pid", "healthy"):
         assert word in result.stdout
 
 
