@@ -56,17 +56,17 @@ notebooks: setup ## Run the SQL notebooks headless; HTML under .state/notebooks
 	@$(LAKEHOUSE) notebooks
 
 # The cluster profile's tests run beside the rest, on a stack of their own (other ports and
-# state folder) and at a lower CPU priority: nice 10, as the suite is the longer of the two
-# (about 90 against 30 minutes) and so gets about 90% of a contended core (nice 5: 75%).
-# Their output goes to CLUSTER_TEST_LOG, whose summary is printed at the end; either
-# failing fails `make test`. They run in a process group of their own (set -m), which gets
-# the Ctrl-C or SIGTERM `make test` gets, so their fixture still stops their stack.
+# state folder) and at a lower CPU priority: the rest mostly waits on servers, so the two
+# together take about as long as the rest alone. Their output goes to CLUSTER_TEST_LOG,
+# whose summary is printed at the end; either failing fails `make test`. They run in a
+# process group of their own (set -m), which gets the Ctrl-C or SIGTERM `make test` gets,
+# so their fixture still stops their stack.
 CLUSTER_TEST_LOG := .state/test/logs/pytest-cluster.log
 
 test: setup ## Run every test against real servers (starts and stops its own stacks)
 	@mkdir -p $(dir $(CLUSTER_TEST_LOG))
 	@echo "the cluster profile's tests run beside the suite; their output: $(CLUSTER_TEST_LOG)"
-	@set -m; nice -n 10 $(BIN)/python -m pytest -m cluster -p no:cacheprovider \
+	@set -m; nice -n 5 $(BIN)/python -m pytest -m cluster -p no:cacheprovider \
 		> $(CLUSTER_TEST_LOG) 2>&1 & cluster=$$!; set +m; \
 	trap 'kill -INT -- -$$cluster 2>/dev/null' INT TERM; \
 	$(BIN)/python -m pytest -m "not cluster"; suite=$$?; \

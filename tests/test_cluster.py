@@ -192,7 +192,7 @@ def produce_steadily(settings: Settings, topic: str, values: list[bytes], per_se
         done.set()
 
 
-@pytest.mark.timeout(2400)  # `make test` runs this module at a lower CPU priority (nice 10)
+@pytest.mark.timeout(1800)  # `make test` runs this module at a lower CPU priority
 def test_killing_a_worker_and_a_broker_mid_stream_keeps_bronze_exactly_once(
         cluster: dict[str, str], tmp_path: Path) -> None:
     """Continuous bronze on the cluster over a topic of 3 replicas (min ISR 2) while an
