@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -29,6 +30,7 @@ from spark_streaming.bronze import (
     declared_bronze_topics,
     plan,
     run_available_now,
+    run_continuous,
 )
 from spark_streaming.layer_progress import LayerProgress
 from tests.conftest import PROJECT_DIR, TEST_PROFILE
@@ -100,6 +102,41 @@ def _continuous_bronze(topic: str, max_offsets_per_trigger: int) -> subprocess.P
                "--max-offsets-per-trigger", str(max_offsets_per_trigger)]
     return subprocess.Popen(command, cwd=PROJECT_DIR, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+class _BronzeThread:
+    """`run_continuous` on the session's SparkSession in a thread, for the tests whose
+    subject is not the process (a broker restart): no JVM start of its own. `poll()` and
+    `stderr` as a subprocess has them, for _wait_for_commits."""
+
+    stderr = None
+
+    def __init__(self, spark: SparkSession, settings: Settings, topic: str,
+                 max_offsets_per_trigger: int) -> None:
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True, args=(
+            spark, settings, topic, max_offsets_per_trigger))
+        self.thread.start()
+
+    def _run(self, spark: SparkSession, settings: Settings, topic: str,
+             max_offsets_per_trigger: int) -> None:
+        try:
+            run_continuous(spark, settings, [topic], lambda _m: None, self.stop, "1 second",
+                           max_offsets_per_trigger)
+        except BaseException as exc:  # reported by poll() and finish()
+            self.error = exc
+
+    def poll(self) -> int | None:
+        return None if self.thread.is_alive() else (1 if self.error else 0)
+
+    def finish(self, timeout: float) -> None:
+        """Stop after the current micro-batch, as Ctrl-C does; raise what the job raised."""
+        self.stop.set()
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"the job did not stop within {timeout:.0f} s"
+        if self.error is not None:
+            raise self.error
 
 
 def test_round_trip_every_record_once_and_byte_identical(
@@ -321,12 +358,13 @@ def test_ctrl_c_while_batches_commit_keeps_every_committed_version(
 
 @pytest.mark.timeout(1200)  # a continuous job's JVM start under load
 def test_broker_restart_mid_stream_is_ridden_out_exactly_once(
-    stack: Stack, settings: Settings
+    stack: Stack, settings: Settings, spark: SparkSession
 ) -> None:
-    """The broker stops and starts again while the continuous job streams: the job keeps
-    running, reads what was produced before and after, and bronze holds every record once."""
+    """The broker stops and starts again while the continuous job streams (on the session's
+    Spark: the broker, not the process, is the subject): the job keeps running, reads what
+    was produced before and after, and bronze holds every record once."""
     topic, values = _topic_with_records(settings, 4000)
-    driver = _continuous_bronze(topic, max_offsets_per_trigger=300)
+    driver = _BronzeThread(spark, settings, topic, max_offsets_per_trigger=300)
     kafka = stack.component("kafka")
     try:
         _wait_for_commits(settings, topic, driver, 2)
@@ -338,14 +376,12 @@ def test_broker_restart_mid_stream_is_ridden_out_exactly_once(
         while time.monotonic() < deadline and driver.poll() is None and rows < len(values):
             rows = _rows(settings, topic).num_rows
             time.sleep(1)
-        assert driver.poll() is None, (driver.stderr.read() if driver.stderr else "")[-3000:]
+        assert driver.poll() is None, repr(driver.error)
         assert rows == len(values), f"{rows} of {len(values)} records in bronze in time"
-        os.killpg(driver.pid, signal.SIGINT)
-        driver.communicate(timeout=90)
+        driver.finish(90)
     finally:
         if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait(30)
+            driver.finish(90)
         if not kafka.process.is_running():
             kafka.start()
         # the Connect worker reconnects by itself; later tests need it
