@@ -2,8 +2,9 @@
 --airflow`) next to the test stack; every DAG imports, each scrape DAG runs on its source
 file's interval, a scrape DAG triggered through the REST API puts records in the topic,
 one whose feed is down is retried and then failed, the UI (headless Chromium) shows the
-DAGs with their last run's state (screenshot under the state folder's test-output), and
-the transform DAG rebuilds the marts of the shared ingest (Airflow is started once, with
+DAGs with their last run's state (screenshot under the state folder's test-output), the
+transform DAG rebuilds the marts of the shared ingest and the quality, connector-health
+and maintenance DAGs each succeed once (Airflow is started once, with
 that ingest's settings: its tasks run `lakehouse` with the environment Airflow started
 with)."""
 
@@ -267,3 +268,20 @@ def test_transform_dag_rebuilds_the_marts(airflow: AirflowApi,
     assert run["state"] == "success", (run, airflow.task(run, "transform"))
     for mart in MARTS:
         assert _last_commit_ms(ingested_lakehouse.settings, f"marts.{mart}") >= began_ms, mart
+
+
+@pytest.mark.parametrize("dag_id", ["quality", "connector_health", "maintenance"])
+def test_each_periodic_dag_succeeds_on_the_shared_ingest(airflow: AirflowApi,
+                                                         dag_id: str) -> None:
+    """Each of the other DAGs, triggered once, succeeds with every task on the shared
+    ingest's tables and connectors (the suites pass, no connector failed, maintenance
+    finds every table)."""
+    _wait_for_dags(airflow, {dag_id})
+    run = airflow.run(dag_id, deadline_seconds=900)
+    tasks = airflow.call("GET", f"/dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances")
+    states = {t["task_id"]: t["state"] for t in tasks["task_instances"]}
+    assert run["state"] == "success", (run, states)
+    expected = {"connector_health": {"check": "success", "restart_failed": "skipped",
+                                     "recheck": "skipped"}}
+    assert states == expected.get(dag_id, {t: "success" for t in states}), states
+    assert states, f"{dag_id} ran no task"

@@ -11,7 +11,10 @@ this test change together. What each step stands on:
   (nothing new, or a build where an earlier test committed to a shared table);
 - `make notebooks` runs `lakehouse notebooks` after `make setup`: the notebooks module runs
   that command on the same state (three minutes, not paid twice);
-- `make docs` is run as typed, until it serves, then stopped like Ctrl-C would.
+- `make docs` is run as typed, until it serves, then stopped like Ctrl-C would;
+- `make airflow` is tests/test_airflow.py's fixture (`lakehouse up --airflow`, Airflow started
+  once for the suite), which triggers every DAG once; the SQL endpoint and `lakehouse sql`
+  counting `silver.rentals` as delta-rs does are tests/test_sql_endpoint.py's.
 
 A topic whose feed never ran (no trip file dropped) leaving `make transform` green is
 tests/test_source_freshness.py's.
@@ -42,6 +45,10 @@ TOUR: dict[str, str] = {
     "make transform": "run (the second time)",
     "make docs": "run until it serves",
     "make notebooks": "tests/test_notebooks.py::test_notebooks_run_and_every_query_returns_rows",
+    "make airflow": "tests/test_airflow.py (up --airflow once; every DAG triggered once)",
+    ".venv/bin/lakehouse up --sql-endpoint": "tests/test_sql_endpoint.py (the endpoint fixture)",
+    ".venv/bin/lakehouse sql -e 'SELECT count(*) FROM silver.rentals'":
+        "tests/test_sql_endpoint.py::test_beeline_counts_silver_rentals_as_delta_rs_does",
 }
 DEADLINE = 600.0  # seconds a step may take on a busy CI machine
 
