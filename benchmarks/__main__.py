@@ -12,13 +12,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import bronze, cdc, freshness, gold, scrape, silver, stack, transform
+from benchmarks import bronze, cdc, freshness, gold, live, scrape, silver, stack, transform
 from benchmarks.machine import write_result
 from settings import load_settings
 
 BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "stack": stack.run, "bronze": bronze.run, "freshness": freshness.run, "silver": silver.run,
-    "transform": transform.run, "scrape": scrape.run, "cdc": cdc.run, "gold": gold.run}
+    "transform": transform.run, "scrape": scrape.run, "cdc": cdc.run, "gold": gold.run,
+    "live": live.run}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,10 +1,13 @@
-"""What machine a figure was measured on, and where results are written."""
+"""What machine a figure was measured on, where results are written, and how a benchmark
+stops the ingest it started."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
+import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -39,3 +42,15 @@ def write_result(settings: Settings, name: str, result: dict[str, Any]) -> Path:
     path = folder / f"{name}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path
+
+
+def stop_ingest(process: subprocess.Popen[bytes], timeout: float = 300) -> None:
+    """Ctrl-C to the ingest's process group (a clean stop), SIGKILL if it does not end."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

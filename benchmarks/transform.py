@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-from benchmarks.machine import machine_info
+from benchmarks.machine import machine_info, stop_ingest
 from benchmarks.station_status import PROFILE, remove_tables, run_lake, running_stack
 from lakehouse.catalog import registered_tables
 from lakehouse.storage import storage_options, table_uri
@@ -62,24 +61,12 @@ def _ingest(env: dict[str, str], log: Path, report: Any) -> None:
             if process.poll() is not None:
                 raise RuntimeError(f"ingest exited early ({process.returncode}); see {log}")
         finally:
-            _stop(process)
+            stop_ingest(process)
     report("draining what is left (ingest --until-caught-up)")
     drained = subprocess.run(_cli("ingest", "--until-caught-up"), env=env, cwd=PROJECT_DIR,
                              capture_output=True, text=True, timeout=1800)
     if drained.returncode != 0:
         raise RuntimeError(f"caught-up ingest failed:\n{drained.stderr[-3000:]}")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Ctrl-C to the ingest's process group (clean stop), SIGKILL if it does not end."""
-    if process.poll() is not None:
-        return
-    os.killpg(process.pid, signal.SIGINT)
-    try:
-        process.wait(timeout=180)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 def _transform(env: dict[str, str], *options: str) -> dict[str, Any]:

@@ -228,10 +228,15 @@ def run_forever(spark: SparkSession, settings: Settings, options: IngestOptions,
     """Scrapers, traffic, every layer's query and the watch of servers and connectors,
     until `stop` is set. Each part rides out a server outage by itself (see
     spark_streaming/query_restarts.py); one that cannot recover stops the service."""
+    from spark_streaming.batch_log import log_batches
     from spark_streaming.bronze import run_continuous
     from spark_streaming.session import activate_in_thread, driver_ended
     from spark_streaming.silver import run_silver
+    from spark_streaming.spark_conf import small_batch_confs
 
+    log_batches(spark)
+    for key, value in small_batch_confs(settings).items():
+        spark.conf.set(key, value)
     threads: list[threading.Thread] = []
     errors: list[str] = []
 

@@ -140,6 +140,8 @@ def test_ctrl_c_stops_a_running_ingest_cleanly(stack: Stack, tmp_path: Path) -> 
            "LAKEHOUSE_LAKEHOUSE__CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
            "LAKEHOUSE_POSTGRES__METASTORE_DATABASE": f"metastore_ctrlc_{run}"}
     scoped = load_settings(TEST_PROFILE, environ=env)
+    log_file = scoped.state_path / "logs" / "lakehouse-ingest.log"
+    logged_before = log_file.stat().st_size if log_file.exists() else 0
     process = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "--profile", TEST_PROFILE, "ingest",
          "--skip", "connectors", "--skip", "rentals", "--interval", "2 seconds"],
@@ -180,3 +182,12 @@ def test_ctrl_c_stops_a_running_ingest_cleanly(stack: Stack, tmp_path: Path) -> 
     # the last word: no layer reports a failure or a retry while the service winds down
     assert text.rstrip().splitlines()[-1].endswith("ingest stopped cleanly"), text[-4000:]
     assert "Traceback" not in text and "Exception" not in text, text[-4000:]
+    # the log file (not the terminal) has a line per micro-batch saying where its time went
+    with log_file.open(encoding="utf-8") as log:
+        log.seek(logged_before)
+        logged = log.read()
+    assert re.search(r"lakehouse\.batches: bronze_\w+ batch \d+: [1-9]\d* rows; "
+                     r"triggerExecution [\d.]+ s, .*addBatch [\d.]+ s", logged), logged[-3000:]
+    assert re.search(r"lakehouse\.silver: silver_\w+ batch \d+: \d+ rows read, \d+ changed; "
+                     r"parse [\d.]+ s, count [\d.]+ s", logged), logged[-3000:]
+    assert "lakehouse.batches" not in text, "batch lines belong in the log file only"

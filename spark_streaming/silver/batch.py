@@ -3,6 +3,8 @@ silver and quality metrics (each exactly once for the run and batch id)."""
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -30,6 +32,23 @@ METRICS_TABLE = "quality_batch_metrics"
 # write, rows quarantined, passed rows with a warning, tombstones skipped, silver rows
 # inserted/updated/deleted.
 TOTALS = ("read", "passed", "quarantined", "warned", "tombstones", "changed")
+log = logging.getLogger("lakehouse.silver")
+
+
+class _Phases:
+    """Seconds of each phase of one batch, for its line in the log file."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def done(self, phase: str) -> None:
+        now = time.monotonic()
+        self.seconds[phase] = round(now - self._last, 2)
+        self._last = now
+
+    def __str__(self) -> str:
+        return ", ".join(f"{name} {seconds:.2f} s" for name, seconds in self.seconds.items())
 
 
 @dataclass
@@ -53,24 +72,32 @@ class SilverPipeline:
 
     def process(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
+        phases = _Phases()
         # Materialised between parsing and routing: Spark would otherwise inline the wide
         # parsing expressions into every rule and stage column (slow planning and codegen).
         parsed = parse(batch, self.spec, self.table).localCheckpoint(eager=True)
+        phases.done("parse")
         routed = route(parsed, self.spec, self.table, self.rules)
         frame = routed.frame.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             routed = type(routed)(frame, routed.rules, routed.late)
             counts = count(routed)
+            phases.done("count")
             check_fail_rules(routed, self.spec.table, batch_id, counts)
             if counts["quarantined"]:
                 self.quarantine.append_new_records(quarantine_rows(routed), self.run_id,
                                                    batch_id)
+                phases.done("quarantine")
             counts["changed"] = (self._write_silver(spark, good_rows(routed, self.table),
                                                     batch_id) if counts["passed"] else 0)
+            phases.done("silver")
             self.metrics.append(self._metrics_rows(spark, counts, batch_id), self.run_id,
                                 batch_id)
+            phases.done("metrics")
         finally:
             frame.unpersist()
+        log.info("%s batch %d: %d rows read, %d changed; %s", self.spec.table, batch_id,
+                 counts["read"], counts["changed"], phases)
         for name in TOTALS:
             self.totals[name] += counts.get(name, 0)
         self.batches += 1

@@ -55,6 +55,7 @@ class DeltaTarget:
         self.name = name
         self.uri = table_uri(settings, name)
         self.path = spark_uri(self.uri)
+        self._schema: StructType | None = None
 
     def open(self, spark: SparkSession) -> DeltaTable:
         return DeltaTable.forPath(spark, self.path)
@@ -63,7 +64,11 @@ class DeltaTarget:
         return spark.read.format("delta").load(self.path)
 
     def schema(self, spark: SparkSession) -> StructType:
-        return self.open(spark).toDF().schema
+        """The table's schema, read from its log once: a run's table definitions are loaded
+        once too, and every read costs a listing of the log on S3."""
+        if self._schema is None:
+            self._schema = self.open(spark).toDF().schema
+        return self._schema
 
     def append(self, data: DataFrame, run_id: str, batch_id: int) -> None:
         """Append `data` once for (run, batch); Delta skips a batch it recorded before."""
