@@ -91,9 +91,7 @@ def _serve_then_stop(command: str, env: dict[str, str], port: int) -> str:
             assert process.poll() is None, f"`{command}` ended:\n{process.communicate()[0]}"
             assert time.monotonic() < deadline, f"`{command}`: {url} not served"
             time.sleep(1)
-        server = [p for p in psutil.Process(process.pid).children(recursive=True)
-                  if "cli.main" in " ".join(p.cmdline()) or "lakehouse" in " ".join(
-                      p.cmdline()[:2])]
+        server = _lakehouse_processes_under(process.pid)
         assert server, "no lakehouse process under make"
         server[0].send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=60)
@@ -103,6 +101,20 @@ def _serve_then_stop(command: str, env: dict[str, str], port: int) -> str:
             process.wait()
     assert process.returncode == 0, f"`{command}` exited {process.returncode}:\n{output}"
     return output
+
+
+def _lakehouse_processes_under(pid: int) -> list[psutil.Process]:
+    """The `lakehouse` processes among `pid`'s descendants; those that ended meanwhile
+    (make's earlier steps, zombies until reaped) are left out."""
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            command = child.cmdline()
+        except psutil.Error:
+            continue
+        if "cli.main" in " ".join(command) or "lakehouse" in " ".join(command[:2]):
+            found.append(child)
+    return found
 
 
 def _answers(url: str) -> bool:
