@@ -30,9 +30,8 @@ from infra.clients import kafka_config
 from lakehouse.storage import storage_options, table_uri
 from settings import Settings
 from spark_streaming.bronze import run_continuous
-from spark_streaming.session import activate_in_thread, build_spark_session
+from spark_streaming.session import activate_in_thread, build_spark_session, use_small_batch_confs
 from spark_streaming.silver import run_silver
-from spark_streaming.spark_conf import small_batch_confs
 
 RATE = int(os.environ.get("BENCH_FRESHNESS_RATE", "1000"))
 SECONDS = float(os.environ.get("BENCH_FRESHNESS_SECONDS", "60"))
@@ -140,8 +139,7 @@ def run(report: Any = print) -> dict[str, Any]:
 
 def _run_pipeline(settings: Settings, lake: Settings, name: str, report: Any) -> dict[str, Any]:
     spark = build_spark_session(settings, app_name="bench-freshness")
-    for key, value in small_batch_confs(settings).items():  # as a continuous ingest runs
-        spark.conf.set(key, value)
+    use_small_batch_confs(spark, settings)  # as a continuous ingest runs
     create_tables(spark, lake)
     stop = threading.Event()
     errors: list[BaseException] = []

@@ -230,13 +230,11 @@ def run_forever(spark: SparkSession, settings: Settings, options: IngestOptions,
     spark_streaming/query_restarts.py); one that cannot recover stops the service."""
     from spark_streaming.batch_log import log_batches
     from spark_streaming.bronze import run_continuous
-    from spark_streaming.session import activate_in_thread, driver_ended
+    from spark_streaming.session import activate_in_thread, driver_ended, use_small_batch_confs
     from spark_streaming.silver import run_silver
-    from spark_streaming.spark_conf import small_batch_confs
 
     log_batches(spark)
-    for key, value in small_batch_confs(settings).items():
-        spark.conf.set(key, value)
+    use_small_batch_confs(spark, settings)
     threads: list[threading.Thread] = []
     errors: list[str] = []
 

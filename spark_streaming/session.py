@@ -20,6 +20,7 @@ from spark_streaming.spark_conf import (
     executor_python,
     metastore_has_schema,
     metastore_schema_lock,
+    small_batch_confs,
     spark_confs,
 )
 from spark_streaming.spark_home import use_compiled_pyspark
@@ -158,3 +159,10 @@ def activate_in_thread(session: SparkSession) -> None:
     """
     session._jvm.org.apache.spark.sql.SparkSession.setActiveSession(  # type: ignore[union-attr]
         session._jsparkSession)
+
+
+def use_small_batch_confs(session: SparkSession, settings: Settings) -> None:
+    """Set the continuous ingest's SQL confs (`spark_conf.SMALL_BATCH_CONFS`) on `session`;
+    queries started after this carry them."""
+    for key, value in small_batch_confs(settings).items():
+        session.conf.set(key, value)
