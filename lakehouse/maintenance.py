@@ -8,9 +8,11 @@ Why each step and its guard:
   files of every partition it touches, hence the same guard.
 - VACUUM deletes files removed longer ago than the table's own
   delta.deletedFileRetentionDuration (Delta's default when no RETAIN is given); time
-  travel within the retention keeps working. A dry run first: nothing to delete, no run.
+  travel within the retention keeps working. delta-rs lists the candidates first (a full
+  dry run in Rust: the bucket listed, no Spark job); none, no Spark dry run and no VACUUM.
 - A checkpoint bounds log replay for readers; Delta cleans up log files older than
-  delta.logRetentionDuration when it writes one.
+  delta.logRetentionDuration when it writes one. None is written when the latest version
+  already has one (a second run, an unchanged table).
 - Safe while ingest writes: OPTIMIZE only conflicts with a concurrent rewrite of the same
   files (never with appends); a conflicting commit is retried on the new version.
 
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from delta.tables import DeltaTable as SparkDeltaTable
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
@@ -116,20 +119,37 @@ def _optimize(spark: SparkSession, definition: TableDefinition, path: str,
             f"{row['partitionsOptimized']} partition(s))")
 
 
-def _vacuum(spark: SparkSession, path: str) -> int:
-    """Files vacuum deleted (0 without running it when the dry run finds none)."""
+def _vacuum_candidates(uri: str, storage: dict[str, str]) -> int | None:
+    """Files a VACUUM within the table's retention would delete, as delta-rs counts them
+    (tombstones and files the log does not know, older than the retention); None when
+    delta-rs cannot tell (a table feature it does not support), and Spark's dry run
+    decides."""
+    try:
+        return len(DeltaTable(uri, storage_options=storage).vacuum(dry_run=True, full=True))
+    except (DeltaError, OSError):  # a refusal of delta-rs: Spark decides
+        return None
+
+
+def _vacuum(spark: SparkSession, path: str, uri: str, storage: dict[str, str]) -> int:
+    """Files vacuum deleted (0 without a Spark job when delta-rs finds none to delete)."""
+    if _vacuum_candidates(uri, storage) == 0:
+        return 0
     candidates = spark.sql(f"VACUUM delta.`{path}` DRY RUN").count()
     if candidates:
         spark.sql(f"VACUUM delta.`{path}`").collect()
     return candidates
 
 
-def _checkpoint(spark: SparkSession, path: str) -> None:
+def _checkpoint(spark: SparkSession, path: str, version: int) -> None:
     """Write a log checkpoint of the latest version now (Delta otherwise writes one every
-    delta.checkpointInterval commits). DeltaLog is Delta's internal API (4.4.0); no public
-    call does this."""
+    delta.checkpointInterval commits), unless `version` has one already. DeltaLog is
+    Delta's internal API (4.4.0); no public call does this."""
     jvm = spark._jvm  # type: ignore[attr-defined]
-    jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).checkpoint()
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    last = log.readLastCheckpointFile()
+    if last.isDefined() and last.get().version() >= version:
+        return
+    log.checkpoint()
 
 
 def maintain_table(spark: SparkSession, definition: TableDefinition, root: str,
@@ -146,9 +166,9 @@ def maintain_table(spark: SparkSession, definition: TableDefinition, root: str,
     report(f"{definition.name}: {before.files} files, {before.bytes} bytes, version "
            f"{version_before}")
     optimize = _optimize(spark, definition, path, before, report)
-    vacuumed = _vacuum(spark, path) if vacuum else 0
-    _checkpoint(spark, path)
+    vacuumed = _vacuum(spark, path, uri, storage) if vacuum else 0
     table = DeltaTable(uri, storage_options=storage)
+    _checkpoint(spark, path, table.version())
     after = count_files(table)
     return MaintenanceReport(definition.name, "maintained", before, after, optimize,
                              vacuumed, version_before, table.version(), table.version())

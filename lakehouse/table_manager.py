@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -379,6 +380,8 @@ def apply_plan(spark: SparkSession | None, plan: TablePlan, storage: dict[str, s
 
 
 STATUSES = ("in sync", "created", "converged", "registered", "refused")
+# Tables applied at once, each from a thread of its own on the one Spark session.
+APPLY_CONCURRENCY = 4
 
 
 @dataclass
@@ -403,18 +406,32 @@ def apply_definitions(definitions: list[TableDefinition], root: str, storage: di
     summary = ApplySummary(counts=dict.fromkeys(STATUSES, 0), failed=[])
     plans = plan_tables(definitions, root, storage, catalog)
     session = spark() if any(needs_spark(plan) for plan in plans) else None
-    for plan in plans:
+
+    def carried_out(plan: TablePlan) -> ApplyOutcome | ApplyError:
+        try:
+            return apply_plan(session, plan, storage, report)
+        except ApplyError as exc:
+            return exc
+
+    # Each table's DDL waits mostly on the bucket and the metastore, not on the CPU. The
+    # databases come first, one by one: two threads creating the same one would race.
+    if session is not None:
+        for database in sorted({c.subject.split(".")[0] for plan in plans
+                                if needs_spark(plan) for c in _of(plan, REGISTER)}):
+            session.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
+    with ThreadPoolExecutor(APPLY_CONCURRENCY) as pool:
+        results = list(pool.map(carried_out, plans))
+    for plan, result in zip(plans, results, strict=True):
         if plan.refused:
             summary.refused.append(plan.name)
             problem(f"{plan.name}: REFUSED, nothing applied to this table:")
             for change in plan.refused:
                 problem(f"    ! {change.describe()}")
-        try:
-            outcome = apply_plan(session, plan, storage, report)
-        except ApplyError as exc:
-            problem(f"error: {exc}")
-            summary.failed.append(str(exc))
+        if isinstance(result, ApplyError):
+            problem(f"error: {result}")
+            summary.failed.append(str(result))
             continue
+        outcome = result
         summary.counts[outcome.status] += 1
         if outcome.status == "created":
             report(f"{plan.name}: created (version {outcome.version_after})")

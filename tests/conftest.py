@@ -276,9 +276,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     stack"`) leaves them out; tests that start servers of their own carry it explicitly.
 
     Three modules run late, in this order, after every other module:
-    - the backfill's: its replay rebuilds the shared silver and gold in place, and asking
-      for the shared ingest first would start it before the modules that change the rentals
-      database (the ingest test then finds PostgreSQL ahead of silver);
+    - the backfill's: asking for the shared ingest first would start it before the modules
+      that change the rentals database (the ingest test then finds PostgreSQL ahead of
+      silver);
     - Airflow's: its scheduler runs DAGs on the shared stack and its transform DAG rebuilds
       the marts;
     - the fault matrix, last of all: it kills the shared stack's servers (a Connect worker

@@ -1,7 +1,8 @@
 """`lakehouse backfill` feeds history through the front doors (trip CSV file, weather and
 GBFS scrapers), counted layer by layer in the session's shared ingest; a second backfill
-adds nothing; `lakehouse replay` rebuilds silver and gold from bronze to the same rows as
-the incremental run (Kappa)."""
+adds nothing. That `lakehouse replay` rebuilds silver and gold from bronze to the same rows
+as the incremental run is proven by tests/test_cluster.py, whose oracle is that replay (on
+`local[2]`) of the bronze its cluster ingest wrote."""
 
 from __future__ import annotations
 
@@ -9,16 +10,10 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
-import pytest
 
 from connectors.backfill import history_place, trips_drop_file
 from connectors.simulator.history import trips_of_day
-from lakehouse.definitions import load_definitions
-from tests.conftest import BACKFILLED_TOPICS, IngestedLakehouse, backfill, read_delta, run_cli
-
-# Written at processing time, not derived from bronze: left out of the replay comparison.
-AUDIT_COLUMNS = {"applied_at"}
-GOLD_AUDIT_COLUMNS = {"updated_at"}
+from tests.conftest import BACKFILLED_TOPICS, IngestedLakehouse, backfill, read_delta
 
 
 def _window(data: pa.Table, before: dict[int, int], after: dict[int, int] | None) -> list:
@@ -93,37 +88,3 @@ def test_a_second_backfill_of_the_same_days_adds_nothing(
     assert again.after == again.before, "a topic got records"
     assert set(again.before) == set(BACKFILLED_TOPICS)
     assert drop.stat().st_size == size, "the trip file grew"
-
-
-def _value(value: object) -> object:
-    """A cell as a comparable, hashable value (floats to 9 decimals, lists as tuples)."""
-    if isinstance(value, float):
-        return round(value, 9)
-    if isinstance(value, list):
-        return tuple(_value(v) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, _value(v)) for k, v in value.items()))
-    return value
-
-
-def _content(settings: object, name: str, layer: str) -> Counter:
-    """The table's rows (floats rounded, processing-time columns left out), as a multiset."""
-    data = read_delta(settings, name)  # type: ignore[arg-type]
-    audit = AUDIT_COLUMNS | (GOLD_AUDIT_COLUMNS if layer == "gold" else set())
-    data = data.drop_columns([c for c in data.column_names if c in audit])
-    return Counter(tuple(_value(v) for v in row.values()) for row in data.to_pylist())
-
-
-@pytest.mark.timeout(900)  # every silver table replayed on a busy 2-core machine
-def test_replay_of_bronze_equals_the_incremental_run(
-        ingested_lakehouse: IngestedLakehouse) -> None:
-    scoped = ingested_lakehouse.settings
-    tables = [(d.name, d.layer) for d in load_definitions() if d.layer in ("silver", "gold")]
-    incremental = {name: _content(scoped, name, layer) for name, layer in tables}
-    result = run_cli("replay", env=ingested_lakehouse.env, timeout=900)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    replayed = {name: _content(scoped, name, layer) for name, layer in tables}
-    differing = {name: (sum(incremental[name].values()), sum(replayed[name].values()))
-                 for name, _ in tables if incremental[name] != replayed[name]}
-    assert not differing, f"rows (incremental, replayed) of the tables that differ: {differing}"
-    assert sum(map(len, incremental.values())) > 0
