@@ -14,6 +14,7 @@ from pyspark.storagelevel import StorageLevel
 from lakehouse.definitions import TableDefinition
 from settings import Settings
 from spark_streaming.silver import cdc_merge, dedupe_append, scd2
+from spark_streaming.silver.batch_metrics import BatchMetricsTable
 from spark_streaming.silver.delta_writes import DeltaTarget
 from spark_streaming.silver.expectations import Suite
 from spark_streaming.silver.parsing import parse
@@ -27,7 +28,6 @@ from spark_streaming.silver.routing import (
 )
 from spark_streaming.silver.spec import PipelineSpec
 
-METRICS_TABLE = "quality_batch_metrics"
 # Figures run_silver reports per table: bronze rows read, rows that passed to the silver
 # write, rows quarantined, passed rows with a warning, tombstones skipped, silver rows
 # inserted/updated/deleted.
@@ -66,7 +66,7 @@ class SilverPipeline:
     def __post_init__(self) -> None:
         self.silver = DeltaTarget(self.settings, self.spec.table)
         self.quarantine = DeltaTarget(self.settings, self.spec.quarantine)
-        self.metrics = DeltaTarget(self.settings, METRICS_TABLE)
+        self.metrics = BatchMetricsTable(self.settings)
         self.rules = self.suite.row_rules
         self.totals = {name: 0 for name in TOTALS} | self.totals
 
@@ -91,8 +91,7 @@ class SilverPipeline:
             counts["changed"] = (self._write_silver(spark, good_rows(routed, self.table),
                                                     batch_id) if counts["passed"] else 0)
             phases.done("silver")
-            self.metrics.append(self._metrics_rows(spark, counts, batch_id), self.run_id,
-                                batch_id)
+            self.metrics.append(self._metrics_rows(counts, batch_id), self.run_id, batch_id)
             phases.done("metrics")
         finally:
             frame.unpersist()
@@ -111,8 +110,7 @@ class SilverPipeline:
                                    batch_id)
         return scd2.write(spark, rows, self.spec, self.table, target, run_id, batch_id)
 
-    def _metrics_rows(self, spark: SparkSession, counts: dict[str, int],
-                      batch_id: int) -> DataFrame:
+    def _metrics_rows(self, counts: dict[str, int], batch_id: int) -> list[dict[str, object]]:
         checked = counts["checked"]
         read_not_tombstone = counts["read"] - counts["tombstones"]
         rows = [(rule.name, rule.severity, checked, counts[f"_r{i}"])
@@ -124,11 +122,10 @@ class SilverPipeline:
                  ("_tombstones", "skipped", counts["read"], counts["tombstones"]),
                  ("_batch", "batch", counts["read"], counts["quarantined"])]
         now = datetime.now(UTC)
-        records = [{
+        return [{
             "silver_table": self.spec.table, "run_id": self.run_id, "batch_id": batch_id,
             "rule": rule, "severity": severity, "rows_checked": checked_rows,
             "rows_failed": failed,
             "rows_passed": counts["passed"] if rule == "_batch" else checked_rows - failed,
             "recorded_at": now,
         } for rule, severity, checked_rows, failed in rows]
-        return spark.createDataFrame(records, schema=self.metrics.schema(spark))

@@ -31,7 +31,8 @@ from settings import ConfigError, Settings
 from spark_streaming.checkpoint_offsets import committed_source_offsets
 from spark_streaming.layer_progress import LayerProgress
 from spark_streaming.query_restarts import RestartingQuery
-from spark_streaming.silver.batch import METRICS_TABLE, SilverPipeline
+from spark_streaming.silver.batch import SilverPipeline
+from spark_streaming.silver.batch_metrics import METRICS_TABLE
 from spark_streaming.silver.delta_writes import DeltaTarget
 from spark_streaming.silver.expectations import load_suite
 from spark_streaming.silver.routing import FailRuleBroken
