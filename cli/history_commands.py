@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import ExitStack
+from datetime import UTC, datetime, timedelta
 
 import click
 from confluent_kafka import KafkaException
@@ -18,9 +19,12 @@ from connectors.scrapers.source_config import SourceConfigError
 
 @click.command()
 @click.option("--days", type=click.IntRange(1, 366), default=21, show_default=True,
-              help="How many whole UTC days before today to make.")
+              help="How many whole UTC days to make, ending with --until.")
+@click.option("--until", "last_day", type=click.DateTime(formats=["%Y-%m-%d"]),
+              default=None, help="The last day to make (YYYY-MM-DD, before today in UTC). "
+                                 "Default: yesterday.")
 @click.pass_context
-def backfill(ctx: click.Context, days: int) -> None:
+def backfill(ctx: click.Context, days: int, last_day: datetime | None) -> None:
     """Make DAYS past days of history and feed them in as live data enters.
 
     Trip CSV lines are appended to the file the FileStream connector tails (a day per
@@ -36,6 +40,10 @@ def backfill(ctx: click.Context, days: int) -> None:
     from spark_streaming.table_lock import running_alone
 
     settings = settings_of(ctx)
+    today = datetime.now(UTC).date()
+    if last_day is not None and last_day.date() >= today:
+        raise click.BadParameter(f"{last_day.date()} is not over yet (today is {today} "
+                                 "in UTC): a backfill makes whole past days", param_hint="--until")
     try:
         job = Backfill(settings)
     except (SourceConfigError, ConnectorFileError) as exc:
@@ -56,7 +64,8 @@ def backfill(ctx: click.Context, days: int) -> None:
         if created:
             say(f"created topics: {', '.join(created)}")
         start_simulator(settings, resources, say)
-        chosen = past_days(days)
+        chosen = past_days(days, today if last_day is None
+                           else last_day.date() + timedelta(days=1))
         say(f"backfill: {chosen[0]} .. {chosen[-1]} ({days} days), trips to {job.drop}")
         totals = job.run(chosen, say)
     say(f"backfill done: {totals.as_json()}")

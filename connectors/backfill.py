@@ -56,7 +56,7 @@ class BackfillTotals:
 
 
 def past_days(count: int, today: date | None = None) -> list[date]:
-    """The `count` whole UTC days before today, oldest first."""
+    """The `count` whole UTC days before `today` (default: today), oldest first."""
     today = today or datetime.now(UTC).date()
     return [today - timedelta(days=back) for back in range(count, 0, -1)]
 

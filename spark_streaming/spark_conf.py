@@ -229,6 +229,8 @@ def spark_confs(settings: Settings, app_name: str) -> dict[str, str]:
         })
     if not spark.is_local:
         confs.update(_executor_pythonpath(settings))
+    if spark.driver_java_options:
+        confs["spark.driver.extraJavaOptions"] = spark.driver_java_options
     confs.update(spark.conf)
     return confs
 

@@ -16,6 +16,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 import psutil
@@ -166,22 +167,27 @@ class Backfilled:
     """`lakehouse backfill --days BACKFILL_DAYS` before the shared ingest."""
 
     env: dict[str, str]  # the ingest's, with a scraper state folder of its own (fresh marks)
-    days: list  # the dates backfilled
+    days: list[date]  # the dates backfilled, oldest first
     totals: dict[str, object]  # what it reported adding (`backfill done: {...}`)
     before: dict[str, dict[int, int]]  # topic (unprefixed) -> partition ends before it
     after: dict[str, dict[int, int]]  # and right after it (trips: not yet read by Connect)
 
 
-def backfill(settings: Settings, env: dict[str, str]) -> tuple[Backfilled, str]:
-    """Run the backfill (the caller serves the feeds); the partition ends around it."""
+def backfill(settings: Settings, env: dict[str, str],
+             days: list[date] | None = None) -> tuple[Backfilled, str]:
+    """Run the backfill of `days` (default: the BACKFILL_DAYS before today; the caller
+    serves the feeds); the partition ends around it. The days are named (`--until`), so a
+    run across midnight UTC backfills the same ones."""
     def ends() -> dict[str, dict[int, int]]:
         return {t: log_ends(settings, settings.kafka.topic(t)) for t in BACKFILLED_TOPICS}
+    days = days or past_days(BACKFILL_DAYS)
     before = ends()
-    result = run_cli("backfill", "--days", str(BACKFILL_DAYS), env=env, timeout=300)
+    result = run_cli("backfill", "--days", str(len(days)), "--until", days[-1].isoformat(),
+                     env=env, timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     totals = json.loads(re.search(r"backfill done: (\{.*\})", output).group(1))
-    return Backfilled(env, past_days(BACKFILL_DAYS), totals, before, ends()), output
+    return Backfilled(env, days, totals, before, ends()), output
 
 
 @dataclass(frozen=True)
@@ -267,7 +273,11 @@ def transformed_lakehouse(ingested_lakehouse: IngestedLakehouse) -> TransformedL
     return TransformedLakehouse(ingested=ingested_lakehouse, output=output, timings=timings)
 
 
-LATE_MODULES = ("tests/test_backfill.py", "tests/test_airflow.py", "tests/faults/")
+LATE_MODULES = ("tests/test_backfill.py", "tests/faults/")
+# Airflow's module runs right after the one whose setup makes the shared ingest (and its
+# marts): the quality DAG's freshness expectation wants its newest station status less
+# than an hour old, and the modules in between take 40-60 min on a busy 2-core machine.
+AIRFLOW_MODULE, AIRFLOW_AFTER = "tests/test_airflow.py", "tests/test_docs_site.py"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -275,18 +285,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     `spark`, the shared ingest, ...) get the `stack` marker, so `make test-fast` (`-m "not
     stack"`) leaves them out; tests that start servers of their own carry it explicitly.
 
-    Three modules run late, in this order, after every other module:
-    - the backfill's: asking for the shared ingest first would start it before the modules
-      that change the rentals database (the ingest test then finds PostgreSQL ahead of
-      silver);
-    - Airflow's: its scheduler runs DAGs on the shared stack and its transform DAG rebuilds
-      the marts;
-    - the fault matrix, last of all: it kills the shared stack's servers (a Connect worker
-      that rode out a broker restart may not start new connectors, which Airflow's tests
-      apply)."""
-    def position(item: pytest.Item) -> int:
-        late = [i for i, prefix in enumerate(LATE_MODULES) if item.nodeid.startswith(prefix)]
-        return 1 + late[0] if late else 0
+    Modules run in name order, except:
+    - Airflow's, right after test_docs_site (AIRFLOW_AFTER); its scheduler is stopped
+      after the module, and its transform DAG rebuilds the same marts from the same inputs;
+    - two run late, in this order, after every other module: the backfill's (asking for
+      the shared ingest first would start it before the modules that change the rentals
+      database: the ingest test then finds PostgreSQL ahead of silver), and the fault
+      matrix, last of all: it kills the shared stack's servers (a Connect worker that rode
+      out a broker restart may not start new connectors, which Airflow's tests apply)."""
+    def position(item: pytest.Item) -> tuple[int, str]:
+        module = item.nodeid.split("::", 1)[0]
+        late = [i for i, prefix in enumerate(LATE_MODULES) if module.startswith(prefix)]
+        if module == AIRFLOW_MODULE:
+            return 0, AIRFLOW_AFTER + "~"  # after every test of that module, before the next
+        return (1 + late[0] if late else 0), module
     for item in items:
         if "stack" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.stack)

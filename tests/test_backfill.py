@@ -81,7 +81,8 @@ def test_a_second_backfill_of_the_same_days_adds_nothing(
     settings, first = ingested_lakehouse.settings, ingested_lakehouse.backfilled
     drop = trips_drop_file(settings)
     size = drop.stat().st_size
-    again, output = backfill(settings, first.env)  # the CLI serves the feeds itself
+    # the CLI serves the feeds itself
+    again, output = backfill(settings, first.env, first.days)
     assert again.totals == {"days": [], "trips": 0, "trip_lines": 0, "weather_hours": 0,
                             "station_statuses": 0}
     assert output.count("already there, nothing added") == len(first.days)

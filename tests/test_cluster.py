@@ -74,6 +74,8 @@ def cluster_env(test: Settings) -> dict[str, str]:
         "LAKEHOUSE_EMBEDDED__AIRFLOW_PORT": str(test.embedded.airflow_port + PORT_SHIFT),
         "LAKEHOUSE_SPARK__MASTER":
             f"spark://127.0.0.1:{kafka + PORT_SHIFT - MASTER_BELOW_KAFKA}",
+        # the test profile's drivers: short-lived, on small data
+        "LAKEHOUSE_SPARK__DRIVER_JAVA_OPTIONS": test.spark.driver_java_options,
     }
 
 
