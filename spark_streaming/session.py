@@ -74,11 +74,16 @@ def command_session(settings: Settings, app_name: str, *,
             stop_session(session)
 
 
+# The running JVM's options: Spark adds its own to them at start, and they do not change
+# what a command computes.
+JVM_OPTION_CONFS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+
+
 def _refuse_other_confs(settings: Settings, app_name: str, free: tuple[str, ...]) -> None:
     active = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
     fixed = active.sparkContext.getConf()
     differ = sorted(key for key, value in spark_confs(settings, app_name).items()
-                    if key not in ("spark.app.name", *free)
+                    if key not in ("spark.app.name", *JVM_OPTION_CONFS, *free)
                     and not active.conf.isModifiable(key)
                     and fixed.get(key) not in (None, value))
     if differ:

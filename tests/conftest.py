@@ -130,8 +130,12 @@ def stack(settings: Settings) -> Iterator[Stack]:
 @pytest.fixture(scope="session")
 def spark(stack: Stack, settings: Settings) -> Iterator[SparkSession]:
     """The project's SparkSession (test profile), shared by the whole test session; the
-    stack first (the table catalog lives in its PostgreSQL)."""
-    session = build_spark_session(settings, app_name="lakehouse-tests")
+    stack first (the table catalog lives in its PostgreSQL). It lives as long as the
+    suite, so it keeps the JVM's full JIT (the profile's driver_java_options are for the
+    short-lived drivers of commands run as processes)."""
+    long_lived = settings.model_copy(update={
+        "spark": settings.spark.model_copy(update={"driver_java_options": ""})})
+    session = build_spark_session(long_lived, app_name="lakehouse-tests")
     yield session
     session.stop()
 
