@@ -166,8 +166,9 @@ def activate_in_thread(session: SparkSession) -> None:
         session._jsparkSession)
 
 
-def use_small_batch_confs(session: SparkSession, settings: Settings) -> None:
-    """Set the continuous ingest's SQL confs (`spark_conf.SMALL_BATCH_CONFS`) on `session`;
-    queries started after this carry them."""
-    for key, value in small_batch_confs(settings).items():
+def use_small_batch_confs(session: SparkSession, settings: Settings, rows: int = 0) -> None:
+    """Set the SQL confs of a micro-batch of `rows` rows (`spark_conf.small_batch_confs`)
+    on `session`: the continuous ingest's session before its queries start (they carry
+    them), a foreachBatch function's batch session (the query's own clone) per batch."""
+    for key, value in small_batch_confs(settings, rows).items():
         session.conf.set(key, value)

@@ -168,21 +168,30 @@ def _executor_pythonpath(settings: Settings) -> dict[str, str]:
     return {"spark.executorEnv.PYTHONPATH": str(settings.project_dir)}
 
 
-# SQL confs of a continuous ingest, whose micro-batches hold a few rows each: projections,
-# orderings and predicates outside whole-stage codegen (the wide parsed rows, Delta's log
-# replay, the file writers) are interpreted instead of generated and compiled in every
-# task. A JFR profile of such batches found 20% of the driver's CPU generating that code;
-# interpreted, a bronze batch of a few rows took 28% less and a silver batch 30% less. A
-# catch-up of 200,000 rows took 35% longer interpreted, so every other Spark process keeps
-# Spark's default (FALLBACK: generated code). Internal to Spark; a profile's spark.conf
-# naming the key wins (docs/architecture.md).
+# SQL confs of a micro-batch of a few rows: projections, orderings and predicates outside
+# whole-stage codegen (the wide parsed rows, Delta's log replay, the file writers) are
+# interpreted instead of generated and compiled in every task. A JFR profile of such
+# batches found 20% of the driver's CPU generating that code; interpreted, a bronze batch
+# of a few rows took 28% less and a silver batch 30% less. Large batches go the other way,
+# so each silver batch chooses by its row count (SMALL_BATCH_ROWS) and the continuous
+# ingest sets them for its bronze queries; other Spark processes keep Spark's default
+# (FALLBACK: generated code). Internal to Spark; a profile's spark.conf naming the key wins
+# (docs/architecture.md).
 SMALL_BATCH_CONFS = {"spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+# Spark's own values of SMALL_BATCH_CONFS, for a large batch in a session that has them.
+LARGE_BATCH_CONFS = {"spark.sql.codegen.factoryMode": "FALLBACK"}
+# Below this many rows a silver micro-batch runs interpreted. Silver's parse of station
+# statuses (2 cores, warm driver): 3 rows 0.27 s interpreted against 0.44 s generated,
+# 50,000 rows 14.5 s against 4.4 s: about 0.2 ms a row more, 0.2 s a batch less.
+SMALL_BATCH_ROWS = 1_000
 
 
-def small_batch_confs(settings: Settings) -> dict[str, str]:
-    """SMALL_BATCH_CONFS, but where the profile's spark.conf names a key, its value."""
-    return {key: settings.spark.conf.get(key, value)
-            for key, value in SMALL_BATCH_CONFS.items()}
+def small_batch_confs(settings: Settings, rows: int = 0) -> dict[str, str]:
+    """The SQL confs of a micro-batch of `rows` rows: SMALL_BATCH_CONFS below
+    SMALL_BATCH_ROWS, else LARGE_BATCH_CONFS; where the profile's spark.conf names a key,
+    its value."""
+    chosen = SMALL_BATCH_CONFS if rows < SMALL_BATCH_ROWS else LARGE_BATCH_CONFS
+    return {key: settings.spark.conf.get(key, value) for key, value in chosen.items()}
 
 
 def spark_confs(settings: Settings, app_name: str) -> dict[str, str]:

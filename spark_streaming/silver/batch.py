@@ -13,11 +13,12 @@ from pyspark.storagelevel import StorageLevel
 
 from lakehouse.definitions import TableDefinition
 from settings import Settings
+from spark_streaming.session import use_small_batch_confs
 from spark_streaming.silver import cdc_merge, dedupe_append, scd2
 from spark_streaming.silver.batch_metrics import BatchMetricsTable
 from spark_streaming.silver.delta_writes import DeltaTarget
 from spark_streaming.silver.expectations import Suite
-from spark_streaming.silver.parsing import parse
+from spark_streaming.silver.parsing import Parser
 from spark_streaming.silver.routing import (
     LATE_RULE,
     check_fail_rules,
@@ -68,14 +69,19 @@ class SilverPipeline:
         self.quarantine = DeltaTarget(self.settings, self.spec.quarantine)
         self.metrics = BatchMetricsTable(self.settings)
         self.rules = self.suite.row_rules
+        self.parser = Parser(self.spec, self.table)
         self.totals = {name: 0 for name in TOTALS} | self.totals
 
     def process(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
         phases = _Phases()
+        # generated code pays only for large batches (spark_conf.SMALL_BATCH_ROWS); the
+        # count reads the bronze files' row counts, a fraction of a second
+        use_small_batch_confs(spark, self.settings, batch.count())
+        phases.done("size")
         # Materialised between parsing and routing: Spark would otherwise inline the wide
         # parsing expressions into every rule and stage column (slow planning and codegen).
-        parsed = parse(batch, self.spec, self.table).localCheckpoint(eager=True)
+        parsed = self.parser(batch).localCheckpoint(eager=True)
         phases.done("parse")
         routed = route(parsed, self.spec, self.table, self.rules)
         frame = routed.frame.persist(StorageLevel.MEMORY_AND_DISK)

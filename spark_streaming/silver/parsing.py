@@ -24,24 +24,25 @@ ENVELOPE = StructType([StructField(n, StringType()) for n in
 SOURCE = StructType([StructField(n, StringType()) for n in ("lsn", "ts_ms", "schema", "table")])
 
 
-def _messages(frame: DataFrame, spec: PipelineSpec) -> DataFrame:
+Step = list[Column | str]  # the columns of one select over the previous step's result
+
+
+def _message_steps(spec: PipelineSpec) -> list[Step]:
     """Columns `_image` (the JSON object holding the fields), `_parse_error`, `_tombstone`
     and, for Debezium, the envelope's `_op`, `_lsn`, `_source_ts_ms` (text). A Debezium
     event of another table than the spec's `source_table` is a parse error."""
     text = F.col("_b_value").cast("string")
     if spec.format == "json":
-        return frame.select("*", text.alias("_image"),
-                            F.when(F.col("_b_value").isNull(), F.lit("no value (null record)"))
-                            .when(F.json_object_keys(text).isNull(),
-                                  F.lit("value is not a JSON object"))
-                            .alias("_parse_error"),
-                            F.lit(False).alias("_tombstone"))
+        return [["*", text.alias("_image"),
+                 F.when(F.col("_b_value").isNull(), F.lit("no value (null record)"))
+                 .when(F.json_object_keys(text).isNull(), F.lit("value is not a JSON object"))
+                 .alias("_parse_error"),
+                 F.lit(False).alias("_tombstone")]]
     if spec.format == "csv":
-        return _csv_lines(frame, spec, text)
+        return [_csv_lines(spec, text)]
     envelope = F.from_json(text, ENVELOPE)
-    source = F.from_json(envelope["source"], SOURCE)
-    op = envelope["op"]
-    framed = frame.select("*", envelope.alias("_env"), F.json_object_keys(text).alias("_keys"))
+    source = F.from_json(F.col("_env.source"), SOURCE)
+    op = F.col("_env.op")
     image = F.when(op == "d", F.col("_env.before")).otherwise(F.col("_env.after"))
     # never null: a missing schema or table reads as "?" and differs from source_table
     captured = F.concat_ws(".", F.coalesce(source["schema"], F.lit("?")),
@@ -61,14 +62,22 @@ def _messages(frame: DataFrame, spec: PipelineSpec) -> DataFrame:
         .when(source["lsn"].try_cast("long").isNull(),
               F.lit("Debezium event without a numeric source.lsn"))
     )
-    return framed.select(
-        *frame.columns, image.alias("_image"),
-        F.when(F.col("_b_value").isNull(), F.lit(None)).otherwise(problem).alias("_parse_error"),
-        F.col("_b_value").isNull().alias("_tombstone"),
-        op.alias("_op"), source["lsn"].alias("_lsn"), source["ts_ms"].alias("_source_ts_ms"))
+    return [["*", envelope.alias("_env"), F.json_object_keys(text).alias("_keys")],
+            [*RAW, image.alias("_image"),
+             F.when(F.col("_b_value").isNull(), F.lit(None)).otherwise(problem)
+             .alias("_parse_error"),
+             F.col("_b_value").isNull().alias("_tombstone"),
+             op.alias("_op"), source["lsn"].alias("_lsn"),
+             source["ts_ms"].alias("_source_ts_ms")]]
 
 
-def _strict_utf8(messages: DataFrame, max_record_bytes: int) -> DataFrame:
+def _message_columns(spec: PipelineSpec) -> list[str]:
+    """The columns after _message_steps."""
+    envelope = ["_op", "_lsn", "_source_ts_ms"] if spec.format == "debezium" else []
+    return [*RAW, "_image", "_parse_error", "_tombstone", *envelope]
+
+
+def _strict_utf8(columns: list[str], max_record_bytes: int) -> Step:
     """A value over the spec's `max_record_bytes`, or whose bytes are not UTF-8, is a parse
     error. Spark decodes leniently (a bad byte becomes U+FFFD), so without this check the
     record would be stored with a silently altered string; quarantine keeps the original
@@ -77,13 +86,14 @@ def _strict_utf8(messages: DataFrame, max_record_bytes: int) -> DataFrame:
     size = F.octet_length(value)
     too_big = F.coalesce(size > max_record_bytes, F.lit(False))
     bad = value.isNotNull() & ~F.is_valid_utf8(value.cast("string"))
-    return messages.withColumns({
+    replaced = {
         "_parse_error": F.when(too_big, F.concat(
             F.lit("value: "), size.cast("string"),
             F.lit(f" bytes, more than the table's maximum of {max_record_bytes}")))
         .when(bad, F.lit("invalid utf-8 in the record value (quarantined with its raw bytes)"))
         .otherwise(F.col("_parse_error")),
-        "_image": F.when(~too_big, F.col("_image"))})
+        "_image": F.when(~too_big, F.col("_image"))}
+    return [replaced[name].alias(name) if name in replaced else name for name in columns]
 
 
 def _duplicate_keys(keys: Column) -> Column:
@@ -91,7 +101,7 @@ def _duplicate_keys(keys: Column) -> Column:
     return F.array_distinct(F.filter(keys, lambda k: F.size(F.filter(keys, lambda j: j == k)) > 1))
 
 
-def _csv_lines(frame: DataFrame, spec: PipelineSpec, text: Column) -> DataFrame:
+def _csv_lines(spec: PipelineSpec, text: Column) -> Step:
     """One CSV line per record, columns in the order of `fields` (RFC 4180 quoting). The
     line becomes a JSON object of its columns, so typing is the same as for JSON. A header
     line (the field names) is skipped and counted like a tombstone; an empty value is null."""
@@ -104,15 +114,16 @@ def _csv_lines(frame: DataFrame, spec: PipelineSpec, text: Column) -> DataFrame:
                      F.concat(F.lit("CSV line has "), count.cast("string"),
                               F.lit(f" fields, expected {len(names)} ({','.join(names)})"))))
     header = F.coalesce(line == ",".join(names), F.lit(False))
-    return frame.select("*", F.to_json(columns).alias("_image"),
-                        F.when(header, F.lit(None)).otherwise(problem).alias("_parse_error"),
-                        header.alias("_tombstone"))
+    return ["*", F.to_json(columns).alias("_image"),
+            F.when(header, F.lit(None)).otherwise(problem).alias("_parse_error"),
+            header.alias("_tombstone")]
 
 
-def _mode_columns(spec: PipelineSpec, typed: dict[str, Column]) -> dict[str, Column]:
+def _mode_columns(spec: PipelineSpec) -> dict[str, Column]:
+    """Columns of the spec's mode, over the typed fields (columns of the step before)."""
     if spec.mode == "scd2":
-        tracked = F.to_json(F.struct(*[typed[name].alias(name) for name in spec.tracked]))
-        order = typed[spec.order_by]  # type: ignore[index]
+        tracked = F.to_json(F.struct(*[F.col(name) for name in spec.tracked]))
+        order = F.col(spec.order_by)  # type: ignore[arg-type]
         return {"attributes_hash": F.sha2(tracked, 256), "valid_from": order,
                 "valid_to": F.lit(None).cast("timestamp"), "is_current": F.lit(True)}
     if spec.mode == "cdc_merge":
@@ -130,10 +141,25 @@ def _path(name: str) -> str:
     return f"$['{name}']"
 
 
-def parse(bronze: DataFrame, spec: PipelineSpec, table: TableDefinition) -> DataFrame:
-    """Annotated rows (see the module docstring) for one bronze micro-batch."""
-    raw = bronze.select(*[F.col(source).alias(name) for name, source in RAW.items()])
-    messages = _strict_utf8(_messages(raw, spec), spec.max_record_bytes)
+class Parser:
+    """parse(bronze) for one spec. The column expressions are built once: built per
+    micro-batch they cost thousands of py4j calls (1-3 s a batch, and more when the silver
+    queries of a process build theirs at once, on one Python interpreter)."""
+
+    def __init__(self, spec: PipelineSpec, table: TableDefinition) -> None:
+        self.steps = _parse_steps(spec, table)
+
+    def __call__(self, bronze: DataFrame) -> DataFrame:
+        """Annotated rows (see the module docstring) for one bronze micro-batch."""
+        frame = bronze
+        for step in self.steps:
+            frame = frame.select(*step)
+        return frame
+
+
+def _parse_steps(spec: PipelineSpec, table: TableDefinition) -> list[Step]:
+    raw: Step = [F.col(source).alias(name) for name, source in RAW.items()]
+    messages = _message_columns(spec)
     fields = list(spec.fields)
     variant = F.try_parse_json(F.col("_image"))
     keys = F.json_object_keys(F.col("_image"))
@@ -142,31 +168,30 @@ def parse(bronze: DataFrame, spec: PipelineSpec, table: TableDefinition) -> Data
     # the VARIANT size limit)
     unreadable = (F.col("_parse_error").isNull() & F.col("_image").isNotNull()
                   & variant.isNull())
-    staged = messages.select(
-        *[c for c in messages.columns if c != "_parse_error"],
+    staged: Step = [
+        *[c for c in messages if c != "_parse_error"],
         F.when(unreadable & (F.size(duplicates) > 0),
                F.concat(F.array_join(duplicates, ", "), F.lit(": field given more than once")))
         .when(unreadable, F.lit("value: not readable as a JSON object"))
         .otherwise(F.col("_parse_error")).alias("_parse_error"),
-        variant.alias("_variant"), keys.alias("_keys_found"))
+        variant.alias("_variant"), keys.alias("_keys_found")]
 
     checked = {name: typed_field(F.try_variant_get(F.col("_variant"), _path(name), "variant"),
                                  name, kind, spec.max_field_bytes, spec.format == "csv")
                for name, kind in spec.fields.items()}
-    typed = {name: value for name, (value, _) in checked.items()}
     problems = [problem for _, problem in checked.values()]
     if spec.unknown_fields == "quarantine":
         unknown = F.array_except(F.col("_keys_found"), F.array(*map(F.lit, fields)))
         problems.append(F.when(F.size(unknown) > 0,
                                F.concat(F.lit("unknown fields: "),
                                         F.array_join(F.array_sort(unknown), ", "))))
-    with_fields = staged.select("*", *[c.alias(n) for n, c in typed.items()],
-                                F.concat_ws("; ", *problems).alias("_field_problems"))
+    with_fields: Step = ["*", *[value.alias(name) for name, (value, _) in checked.items()],
+                         F.concat_ws("; ", *problems).alias("_field_problems")]
 
     # Derived columns are SQL over the typed fields; then every column gets its table type.
     coordinates = {"kafka_topic": F.col("_b_topic"), "kafka_partition": F.col("_b_partition"),
                    "kafka_offset": F.col("_b_offset"), "ingested_at": F.col("_b_ingested_at")}
-    expressions: dict[str, Column] = {**coordinates, **_mode_columns(spec, typed)}
+    expressions: dict[str, Column] = {**coordinates, **_mode_columns(spec)}
     for column in table.columns:
         if column.name in spec.columns:
             expressions[column.name] = F.expr(spec.columns[column.name])
@@ -183,6 +208,7 @@ def parse(bronze: DataFrame, spec: PipelineSpec, table: TableDefinition) -> Data
              .when(reason_schema != "", F.lit("schema")))
     reason = (F.when(F.col("_parse_error").isNotNull(), F.col("_parse_error"))
               .when(reason_schema != "", reason_schema))
-    return with_fields.select(
-        *RAW, "_tombstone", stage.alias("_stage"), reason.alias("_reason"),
-        *[casts[name].alias(name) for name in kinds])
+    final: Step = [*RAW, "_tombstone", stage.alias("_stage"), reason.alias("_reason"),
+                   *[casts[name].alias(name) for name in kinds]]
+    return [raw, *_message_steps(spec),
+            _strict_utf8(messages, spec.max_record_bytes), staged, with_fields, final]
