@@ -189,5 +189,5 @@ def test_ctrl_c_stops_a_running_ingest_cleanly(stack: Stack, tmp_path: Path) -> 
     assert re.search(r"lakehouse\.batches: bronze_\w+ batch \d+: [1-9]\d* rows; "
                      r"triggerExecution [\d.]+ s, .*addBatch [\d.]+ s", logged), logged[-3000:]
     assert re.search(r"lakehouse\.silver: silver_\w+ batch \d+: \d+ rows read, \d+ changed; "
-                     r"parse [\d.]+ s, count [\d.]+ s", logged), logged[-3000:]
+                     r"size [\d.]+ s, parse [\d.]+ s, count [\d.]+ s", logged), logged[-3000:]
     assert "lakehouse.batches" not in text, "batch lines belong in the log file only"
