@@ -66,7 +66,7 @@ def _wait_for_commits(settings: Settings, topic: str, driver: subprocess.Popen[s
                       version: int, timeout: float = 600) -> None:
     """Until the running job's table reaches `version`; fails if the job exits first.
     The deadline covers a JVM start and a first micro-batch on a loaded 2-core machine
-    (`make test` runs the cluster module beside the suite): 3-4 minutes were seen."""
+    (3-4 minutes were seen while the cluster module ran beside the suite)."""
     deadline = time.monotonic() + timeout
     reached = -1
     while time.monotonic() < deadline and driver.poll() is None and reached < version:

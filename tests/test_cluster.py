@@ -198,7 +198,7 @@ def produce_steadily(settings: Settings, topic: str, values: list[bytes], per_se
         done.set()
 
 
-@pytest.mark.timeout(1800)  # `make test` runs this module at a lower CPU priority
+@pytest.mark.timeout(1800)  # a loaded machine (this module ran beside the suite once)
 def test_killing_a_worker_and_a_broker_mid_stream_keeps_bronze_exactly_once(
         cluster: dict[str, str], tmp_path: Path) -> None:
     """Continuous bronze on the cluster over a topic of 3 replicas (min ISR 2) while an
@@ -236,7 +236,7 @@ def test_killing_a_worker_and_a_broker_mid_stream_keeps_bronze_exactly_once(
     stack = Stack(settings)
     try:
         # an application on the cluster: a driver, then an executor on each worker that
-        # fetches the jars, beside the suite (seen: 4.5 minutes at load 7)
+        # fetches the jars (seen: 4.5 minutes at load 7)
         assert wait_until(lambda: stored().num_rows > 0, 720, interval=2), \
             "bronze wrote nothing in 720 s"
         producer.start()
