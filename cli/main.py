@@ -90,6 +90,9 @@ def setup(ctx: click.Context) -> None:
         changed = 0
     settings = settings_of(ctx)
     changed += run_setup(StateLayout(settings.state_path, settings.tools_path), _say)
+    from spark_streaming import class_archive
+
+    changed += class_archive.build(settings, _say)
     if changed:
         _say(f"[green]setup done[/green]: {changed} change(s); state in {settings.state_path}")
     else:

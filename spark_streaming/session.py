@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from infra.layout import StateLayout
 from settings import Settings
+from spark_streaming import class_archive
 from spark_streaming.spark_conf import (
     LOOPBACK,
     QUIET_LOGGERS,
@@ -30,16 +31,28 @@ LOG = logging.getLogger(__name__)
 
 def build_spark_session(settings: Settings, app_name: str = "lakehouse") -> SparkSession:
     """A SparkSession configured from `settings`: Delta and Kafka jars, S3A, loopback."""
+    confs = spark_confs(settings, app_name)
+    archive = class_archive.java_options(settings)
+    if archive:  # classes from the archive `lakehouse setup` built: a faster start
+        options = confs.get("spark.driver.extraJavaOptions", "")
+        confs["spark.driver.extraJavaOptions"] = f"{archive} {options}".strip()
+    schema_ready = metastore_has_schema(settings)
+    session = launch_session(settings, confs)
+    if not schema_ready:
+        _create_metastore_schema(session, settings)
+    return session
+
+
+def launch_session(settings: Settings, confs: dict[str, str]) -> SparkSession:
+    """Start (or join) the driver with `confs`, its JVM output in the Spark log file."""
     # Without these Spark binds to a non-loopback address and runs workers on another Python.
     if settings.spark.on_loopback:
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
         # workers import the installed (compiled) pyspark, not Spark's source zip
-        use_compiled_pyspark(settings.state_path / "spark")
+        use_compiled_pyspark(class_archive.spark_home_folder(settings))
     os.environ.setdefault("PYSPARK_PYTHON", executor_python(settings))
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    confs = spark_confs(settings, app_name)
-    schema_ready = metastore_has_schema(settings)
     builder = SparkSession.builder
     for key, value in confs.items():
         builder = builder.config(key, value)
@@ -48,8 +61,6 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse") -> Spar
     session.sparkContext.setLogLevel(settings.spark.log_level)
     _quiet(session)
     _accumulator_errors_to_log(session)
-    if not schema_ready:
-        _create_metastore_schema(session, settings)
     return session
 
 
