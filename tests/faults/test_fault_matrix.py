@@ -38,7 +38,7 @@ from deltalake import DeltaTable
 
 from connectors.rentals.database import connect
 from connectors.simulator.server import FeedSimulator
-from infra.clients import kafka_admin, kafka_config
+from infra.clients import kafka_config
 from infra.stack import Stack
 from lakehouse.definitions import load_definitions
 from lakehouse.storage import storage_options, table_uri
@@ -178,19 +178,25 @@ def _versions(settings: Settings) -> dict[str, int]:
 
 
 def _kafka_records(settings: Settings, topic: str) -> set[tuple[int, int]]:
-    """(partition, offset) of every committed record of `topic`, read until nothing came
-    for a few seconds (nothing produces any more: the ingest and its traffic stopped)."""
-    metadata = kafka_admin(settings).list_topics(topic, timeout=10).topics[topic]
+    """(partition, offset) of every committed record of `topic`, read until each
+    partition's position reaches its last stable offset (nothing produces any more: the
+    ingest and its traffic stopped)."""
+    ends = log_ends(settings, topic)
     consumer = Consumer({**kafka_config(settings), "group.id": f"faults-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "isolation.level": "read_committed"})
-    consumer.assign([TopicPartition(topic, p, 0) for p in metadata.partitions])
+    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
     seen: set[tuple[int, int]] = set()
+    deadline = time.monotonic() + 120
     try:
-        while batch := consumer.consume(1000, timeout=5):
-            for message in batch:
+        while True:
+            for message in consumer.consume(1000, timeout=0.5):
                 assert message.error() is None, message.error()
                 seen.add((message.partition(), message.offset()))
-        return seen
+            reached = {tp.partition: tp.offset for tp in
+                       consumer.position([TopicPartition(topic, p) for p in ends])}
+            if all(reached[p] >= end for p, end in ends.items() if end > 0):
+                return seen
+            assert time.monotonic() < deadline, f"{topic}: read to {reached} of {ends}"
     finally:
         consumer.close()
 
