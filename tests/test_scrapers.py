@@ -1,8 +1,9 @@
 """Scrapers against the real feed simulator and the real embedded broker.
 
 Each test uses its own topic prefix and state folder, so counts start from zero. Messages
-are counted by reading every partition from the beginning until the topic stays quiet, so
-that a duplicate produced late would be seen too.
+are counted by reading every partition from the beginning to its end offset once the
+scraper has returned or stopped: it flushes its producer first, so no record of it (a
+duplicate included) can arrive later.
 """
 
 from __future__ import annotations
@@ -18,17 +19,16 @@ from pathlib import Path
 
 import pytest
 import requests
-from confluent_kafka import Consumer, TopicPartition
 
 from connectors.scrapers.messages import FIELDS
 from connectors.scrapers.scheduler import Scraper
 from connectors.scrapers.source_config import SourceConfigError, load_sources
 from connectors.simulator import FeedSimulator
-from infra.clients import kafka_admin, kafka_config
 from infra.stack import Stack
 from settings import Settings
 from settings.model import ScraperSettings, SimulatorSettings
 from tests.conftest import PROJECT_DIR, TEST_PROFILE, run_cli
+from tests.kafka_support import read_to_end
 
 FAST_FETCH = ScraperSettings(connect_timeout_seconds=1, read_timeout_seconds=0.5, retries=2,
                              backoff_factor=0.05, backoff_max_seconds=0.2,
@@ -68,23 +68,9 @@ def _scraper(settings: Settings, folder: Path, **files: str) -> Scraper:
     return scraper
 
 
-def _consume(settings: Settings, topic: str, quiet_seconds: float = 1.5) -> list:
-    """Every message of `topic`, from the beginning, read until nothing came for a while."""
-    metadata = kafka_admin(settings).list_topics(topic, timeout=10).topics[topic]
-    consumer = Consumer({**kafka_config(settings), "group.id": f"t-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, p, 0) for p in metadata.partitions])
-    messages = []
-    try:
-        while True:
-            batch = consumer.consume(500, timeout=quiet_seconds)
-            if not batch:
-                return messages
-            for message in batch:
-                assert message.error() is None, message.error()
-                messages.append(message)
-    finally:
-        consumer.close()
+def _consume(settings: Settings, topic: str) -> list:
+    """Every message of `topic`, from the beginning (the scraper produced and flushed)."""
+    return read_to_end(settings, topic)
 
 
 def _decoded(messages: list) -> list[tuple[str, dict]]:
@@ -156,7 +142,7 @@ def test_scrape_once_then_unchanged_then_only_the_new_snapshot(
     # The tick may cross into a new hour (the simulator starts at the wall clock's minute):
     # then that hour's observation is new, and only it.
     new_hours = sim.system.now // 3600 - first_now // 3600
-    assert len(_consume(config, f"{prefix}weather", quiet_seconds=1)) == len(weather) + new_hours
+    assert len(_consume(config, f"{prefix}weather")) == len(weather) + new_hours
 
 
 def test_both_gbfs_versions_give_the_same_messages(
@@ -173,7 +159,7 @@ def test_both_gbfs_versions_give_the_same_messages(
         prefix = config.kafka.topic_prefix
         values[version] = {
             feed: sorted((k, {f: v for f, v in value.items() if f != "gbfs_version"})
-                         for k, value in _decoded(_consume(config, prefix + feed, 1.5)))
+                         for k, value in _decoded(_consume(config, prefix + feed)))
             for feed in ("station_information", "station_status", "vehicle_status")}
     assert values["2.3"] == values["3.0"]
     info = dict(values["3.0"]["station_information"])
@@ -241,7 +227,7 @@ def test_malformed_json_goes_to_the_dead_letter_topic_with_the_raw_body(
     headers = dict(dead[0].headers())
     assert b"not valid JSON" in headers["error"]
     assert headers["url"].decode().endswith("/gbfs/3.0/station_status.json")
-    assert len(_consume(config, f"{prefix}station_status", 1)) == len(sim.system.stations)
+    assert len(_consume(config, f"{prefix}station_status")) == len(sim.system.stations)
 
 
 @pytest.mark.parametrize(("text", "field"), [
@@ -320,7 +306,7 @@ def test_scrape_runs_on_schedule_until_interrupted(
         process.send_signal(signal.SIGINT)
         process.communicate(timeout=30)
     assert process.returncode == 0, "".join(lines)
-    assert len(_consume(config, f"{config.kafka.topic_prefix}station_status", 1.5)) == \
+    assert len(_consume(config, f"{config.kafka.topic_prefix}station_status")) == \
         2 * len(sim.system.stations)
 
 
@@ -415,10 +401,10 @@ def test_a_bad_record_is_dead_lettered_naming_its_place_and_source_field(
     assert dict(dead[0].headers())["error"].decode() == error
     assert json.loads(dead[0].value())["num_vehicles_available"] == "corrupt"
     stations = sim.system.stations
-    status = dict(_decoded(_consume(config, f"{prefix}station_status", 1)))
+    status = dict(_decoded(_consume(config, f"{prefix}station_status")))
     assert len(status) == len(stations) - 1 and stations[0].station_id not in status
     virtual = [s.station_id for s in stations if s.is_virtual]
     assert len(virtual) == 1 and status[virtual[0]]["num_docks_available"] is None
-    info = dict(_decoded(_consume(config, f"{prefix}station_information", 1)))
+    info = dict(_decoded(_consume(config, f"{prefix}station_information")))
     assert info[virtual[0]]["capacity"] is None
     assert all(v["capacity"] for k, v in info.items() if k != virtual[0])

@@ -33,18 +33,17 @@ from pathlib import Path
 import psutil
 import pyarrow.compute as pc
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from deltalake import DeltaTable
 
 from connectors.rentals.database import connect
 from connectors.simulator.server import FeedSimulator
-from infra.clients import kafka_config
 from infra.stack import Stack
 from lakehouse.definitions import load_definitions
 from lakehouse.storage import storage_options, table_uri
 from settings import Settings, load_settings
 from spark_streaming.bronze import log_ends
 from tests.conftest import PROJECT_DIR, TEST_PROFILE, read_delta, run_cli
+from tests.kafka_support import read_to_end
 
 pytestmark = [pytest.mark.stack, pytest.mark.faults]
 
@@ -178,27 +177,9 @@ def _versions(settings: Settings) -> dict[str, int]:
 
 
 def _kafka_records(settings: Settings, topic: str) -> set[tuple[int, int]]:
-    """(partition, offset) of every committed record of `topic`, read until each
-    partition's position reaches its last stable offset (nothing produces any more: the
-    ingest and its traffic stopped)."""
-    ends = log_ends(settings, topic)
-    consumer = Consumer({**kafka_config(settings), "group.id": f"faults-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed"})
-    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-    seen: set[tuple[int, int]] = set()
-    deadline = time.monotonic() + 120
-    try:
-        while True:
-            for message in consumer.consume(1000, timeout=0.5):
-                assert message.error() is None, message.error()
-                seen.add((message.partition(), message.offset()))
-            reached = {tp.partition: tp.offset for tp in
-                       consumer.position([TopicPartition(topic, p) for p in ends])}
-            if all(reached[p] >= end for p, end in ends.items() if end > 0):
-                return seen
-            assert time.monotonic() < deadline, f"{topic}: read to {reached} of {ends}"
-    finally:
-        consumer.close()
+    """(partition, offset) of every committed record of `topic` (nothing produces any
+    more: the ingest and its traffic stopped)."""
+    return {(m.partition(), m.offset()) for m in read_to_end(settings, topic)}
 
 
 def _window(records: set[tuple[int, int]], start: dict[int, int],
