@@ -58,7 +58,7 @@ def _fingerprint(settings: Settings) -> str | None:
         for path in files:
             stat = path.stat()
             digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    except (OSError, Exception):  # no jars yet (ConfigError) or a file vanished
+    except Exception:  # no jars yet (ConfigError) or a file vanished (OSError)
         return None
     return digest.hexdigest()[:16]
 
