@@ -107,14 +107,18 @@ def build(settings: Settings, report: Report) -> bool:
     report(f"building the Spark class archive (once per machine, about a minute; log: {log})")
     began = time.monotonic()
     with log.open("ab") as out:
-        result = subprocess.run(
-            [sys.executable, "-m", "spark_streaming.class_archive", str(staging)],
-            env={**os.environ, "LAKEHOUSE_PROFILE": settings.profile},
-            stdout=out, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT_SECONDS,
-            check=False)
-    if result.returncode != 0 or not staging.exists():
+        try:
+            code = subprocess.run(
+                [sys.executable, "-m", "spark_streaming.class_archive", str(staging)],
+                env={**os.environ, "LAKEHOUSE_PROFILE": settings.profile},
+                stdout=out, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT_SECONDS,
+                check=False).returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    if code != 0 or not staging.exists():
         staging.unlink(missing_ok=True)
-        report(f"warning: the Spark class archive was not built (exit {result.returncode}); "
+        outcome = f"exit {code}" if code is not None else f"over {BUILD_TIMEOUT_SECONDS} s"
+        report(f"warning: the Spark class archive was not built ({outcome}); "
                f"Spark drivers start without it. See {log}")
         return False
     staging.rename(target)
