@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
 
@@ -49,6 +49,8 @@ AIRFLOW_ENV = {"LAKEHOUSE_AIRFLOW__RETRIES": "1",
                "LAKEHOUSE_KAFKA__TOPIC_PREFIX": TOPIC_PREFIX}
 OTHER_DAGS = {"transform", "maintenance", "quality", "connector_health"}
 RUN_DEADLINE = 300.0
+# seconds the scheduler gets to add a due run once unpaused, before the test triggers one
+SCHEDULED_RUN_WAIT = 20.0
 MARTS = ("dim_station", "fct_rentals_daily")
 
 
@@ -73,33 +75,61 @@ class AirflowApi:
         return {d["dag_id"] for d in self.call("GET", "/dags", params={"limit": 100})["dags"]}
 
     def run(self, dag_id: str, deadline_seconds: float = RUN_DEADLINE) -> dict[str, Any]:
-        """Unpause `dag_id`, trigger a run, wait until it ends, pause it again."""
+        """Unpause `dag_id`, wait until one run of it ends, pause it again; that run.
+
+        When the DAG's next scheduled run is due, unpausing makes the scheduler add it
+        (catchup off still runs that one) and the test takes it; otherwise the test
+        triggers one. Never two at once: the run under test is the first new one to leave
+        the queue (one active run at a time), and any other new run is marked failed while
+        it is still queued. Marking a running one failed left its task running beside the
+        next run's: two `lakehouse transform` builds, two `lakehouse quality` runs at once
+        on two cores."""
+        before = self._latest_runs(dag_id)
+        for old in before:  # left queued by an earlier session: would start first
+            if old["state"] == "queued":
+                self.call("PATCH", f"/dags/{dag_id}/dagRuns/{old['dag_run_id']}",
+                          json={"state": "failed"})
+        before_ids = {r["dag_run_id"] for r in before}
+        due = self._scheduled_run_due(dag_id)
         self.call("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
         try:
-            run_id = self.call("POST", f"/dags/{dag_id}/dagRuns",
-                               json={"logical_date": None})["dag_run_id"]
-            deadline = time.monotonic() + deadline_seconds
-            while time.monotonic() < deadline:
-                self._fail_other_runs(dag_id, run_id)
-                run = self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}")
-                if run["state"] in ("success", "failed"):
+            began = time.monotonic()
+            chosen: str | None = None if due else self._trigger(dag_id)
+            while time.monotonic() - began < deadline_seconds:
+                new = [r for r in self._latest_runs(dag_id) if r["dag_run_id"] not in before_ids]
+                if chosen is None:
+                    chosen = next((r["dag_run_id"] for r in new if r["state"] != "queued"),
+                                  None)
+                if chosen is None and not new \
+                        and time.monotonic() - began > SCHEDULED_RUN_WAIT:
+                    chosen = self._trigger(dag_id)
+                for other in new:
+                    if chosen is not None and other["dag_run_id"] != chosen \
+                            and other["state"] == "queued":
+                        self.call("PATCH", f"/dags/{dag_id}/dagRuns/{other['dag_run_id']}",
+                                  json={"state": "failed"})
+                run = next((r for r in new if r["dag_run_id"] == chosen), None)
+                if run is not None and run["state"] in ("success", "failed"):
                     return run
                 time.sleep(1)
-            raise AssertionError(f"{dag_id} run {run_id} still {run['state']} after "
-                                 f"{deadline_seconds:.0f} s")
+            raise AssertionError(f"{dag_id}: no run ended within {deadline_seconds:.0f} s "
+                                 f"(run under test: {chosen})")
         finally:
             self.call("PATCH", f"/dags/{dag_id}", json={"is_paused": True})
 
-    def _fail_other_runs(self, dag_id: str, run_id: str) -> None:
-        """Unpausing makes the scheduler add a run for the latest interval (catchup off
-        still runs that one); with one active run at a time it could go first: mark it
-        failed, the test waits for its own run only."""
-        runs = self.call("GET", f"/dags/{dag_id}/dagRuns",
-                         params={"state": ["queued", "running"]})["dag_runs"]
-        for other in runs:
-            if other["dag_run_id"] != run_id:
-                self.call("PATCH", f"/dags/{dag_id}/dagRuns/{other['dag_run_id']}",
-                          json={"state": "failed"})
+    def _trigger(self, dag_id: str) -> str:
+        return self.call("POST", f"/dags/{dag_id}/dagRuns",
+                         json={"logical_date": None})["dag_run_id"]
+
+    def _scheduled_run_due(self, dag_id: str) -> bool:
+        """Whether the scheduler adds a run as soon as the DAG is unpaused."""
+        due = self.call("GET", f"/dags/{dag_id}").get("next_dagrun_run_after")
+        return due is not None and datetime.fromisoformat(due) <= datetime.now(UTC)
+
+    def _latest_runs(self, dag_id: str) -> list[dict[str, Any]]:
+        """The DAG's 20 newest runs, any state."""
+        return self.call("GET", f"/dags/{dag_id}/dagRuns",
+                         params={"order_by": "-id", "limit": 20})["dag_runs"]
 
     def task(self, run: dict[str, Any], task_id: str) -> dict[str, Any]:
         return self.call("GET", f"/dags/{run['dag_id']}/dagRuns/{run['dag_run_id']}"

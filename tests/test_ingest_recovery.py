@@ -32,7 +32,7 @@ def _wait(condition: Callable[[], object], timeout: float = 120) -> None:
 
 
 def test_a_stopped_query_is_started_again_from_its_checkpoint(
-        spark: SparkSession, tmp_path: Path) -> None:
+        spark: SparkSession, settings: Settings, tmp_path: Path) -> None:
     """A micro-batch fails once (as a write to an unreachable S3 server does); the query is
     started again from its checkpoint, the failed batch is redone once, no batch is lost,
     and the operator reads one line when it stopped and one when it resumed."""
@@ -51,7 +51,9 @@ def test_a_stopped_query_is_started_again_from_its_checkpoint(
                 .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
 
     lines: list[str] = []
-    query = RestartingQuery("bronze", "planted", start, lines.append, timeout=120)
+    # the test profile's pauses (1 s first), as the ingest passes them: not the 5 s default
+    query = RestartingQuery("bronze", "planted", start, lines.append, timeout=120,
+                            pauses=settings.ingest.retry_pauses)
     try:
         _wait(lambda: (query.check(), len(committed) >= 5)[1])
     finally:
