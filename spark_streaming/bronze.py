@@ -168,7 +168,12 @@ def bronze_frame(spark: SparkSession, settings: Settings, query: BronzeQuery,
 
 def ensure_table(spark: SparkSession, query: BronzeQuery, schema: StructType) -> None:
     """Create the bronze table, append-only, when neither `lakehouse tables apply` nor an
-    earlier run did (the table file's other properties follow with `tables apply`)."""
+    earlier run did (the table file's other properties follow with `tables apply`).
+
+    Asked first whether the log exists: `createIfNotExists` resolves the whole table even
+    when it is there (8 tables: 0.8 s warm, 2.4 s in a new driver, against 0.08 s)."""
+    if DeltaTable.isDeltaTable(spark, query.path):
+        return
     (DeltaTable.createIfNotExists(spark).location(query.path).addColumns(schema)
      .property("delta.appendOnly", "true").execute())
 
