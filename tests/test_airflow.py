@@ -87,8 +87,7 @@ class AirflowApi:
         before = self._latest_runs(dag_id)
         for old in before:  # left queued by an earlier session: would start first
             if old["state"] == "queued":
-                self.call("PATCH", f"/dags/{dag_id}/dagRuns/{old['dag_run_id']}",
-                          json={"state": "failed"})
+                self._fail(dag_id, old["dag_run_id"])
         before_ids = {r["dag_run_id"] for r in before}
         due = self._scheduled_run_due(dag_id)
         self.call("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
@@ -106,8 +105,7 @@ class AirflowApi:
                 for other in new:
                     if chosen is not None and other["dag_run_id"] != chosen \
                             and other["state"] == "queued":
-                        self.call("PATCH", f"/dags/{dag_id}/dagRuns/{other['dag_run_id']}",
-                                  json={"state": "failed"})
+                        self._fail(dag_id, other["dag_run_id"])
                 run = next((r for r in new if r["dag_run_id"] == chosen), None)
                 if run is not None and run["state"] in ("success", "failed"):
                     return run
@@ -116,6 +114,9 @@ class AirflowApi:
                                  f"(run under test: {chosen})")
         finally:
             self.call("PATCH", f"/dags/{dag_id}", json={"is_paused": True})
+
+    def _fail(self, dag_id: str, run_id: str) -> None:
+        self.call("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}", json={"state": "failed"})
 
     def _trigger(self, dag_id: str) -> str:
         return self.call("POST", f"/dags/{dag_id}/dagRuns",

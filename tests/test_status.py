@@ -16,8 +16,8 @@ from pathlib import Path
 
 from connectors.connect_client import ConnectClient
 from connectors.connect_config import CONNECTORS_DIR, load_connector_dir
-from infra.ports import port_is_free, wait_until
-from settings import Settings
+from connectors.connect_sync import wait_for_state
+from infra.ports import port_is_free
 from tests.conftest import PROJECT_DIR, TEST_PROFILE, IngestedLakehouse, run_cli
 
 SECTIONS = ("servers", "sources", "connectors", "topics", "tables")
@@ -29,20 +29,14 @@ def test_version_is_the_installed_package() -> None:
     assert result.stdout.strip() == f"lakehouse {importlib.metadata.version('lakehouse-ingest')}"
 
 
-def _connectors_running(settings: Settings, names: set[str]) -> bool:
-    with ConnectClient.of(settings) as connect:
-        statuses = [connect.status(name) or {} for name in names]
-    return all(s.get("connector", {}).get("state") == "RUNNING" and s.get("tasks")
-               and {t["state"] for t in s["tasks"]} == {"RUNNING"} for s in statuses)
-
-
 def test_status_json_after_a_caught_up_ingest(ingested_lakehouse: IngestedLakehouse) -> None:
     # An earlier module kills and restarts the broker (test_stack_lifecycle): Connect's
     # worker rejoins its group and assigns its tasks again within seconds. Seen: a task
     # still unassigned when status asked.
     ours = {c.name for c in load_connector_dir(CONNECTORS_DIR, ingested_lakehouse.settings)}
-    assert wait_until(lambda: _connectors_running(ingested_lakehouse.settings, ours), 90, 1), \
-        "the repository's connectors are not all running 90 s after the shared ingest"
+    with ConnectClient.of(ingested_lakehouse.settings) as connect:
+        for name in ours:
+            wait_for_state(connect, name, ("RUNNING",), timeout=90)
     began = time.monotonic()
     # A generous deadline: this checks the content; the CI machine is busy (by default
     # each part has 4 s, which the test with nothing reachable checks).
