@@ -89,9 +89,7 @@ def run_table_checks(spark: SparkSession, settings: Settings, tables: list[str] 
         validation = context.validation_definitions.add_or_update(gx.ValidationDefinition(
             name=f"{spec.table}_table_checks", data=batch_definition, suite=gx_suite))
         checkpoint = context.checkpoints.add_or_update(gx.Checkpoint(
-            name=f"{spec.table}_checkpoint", validation_definitions=[validation],
-            actions=[gx.checkpoint.UpdateDataDocsAction(name="update_docs")] if build_docs
-            else []))
+            name=f"{spec.table}_checkpoint", validation_definitions=[validation]))
         outcome = checkpoint.run(batch_parameters={"dataframe": frame},
                                  expectation_parameters=_parameters(expectations))
         for validation_result in outcome.run_results.values():
@@ -110,6 +108,8 @@ def run_table_checks(spark: SparkSession, settings: Settings, tables: list[str] 
         failed = [r["rule"] for r in results if r["checked_table"] == spec.table
                   and not r["success"]]
         report(f"{spec.table}: {len(expectations)} table checks, failed: {failed or 'none'}")
+    if build_docs and results:
+        context.build_data_docs()
     if results:
         target = DeltaTarget(settings, RESULTS_TABLE)
         data = spark.createDataFrame(results, schema=target.schema(spark))
