@@ -29,7 +29,8 @@ def backfill(ctx: click.Context, days: int, last_day: datetime | None) -> None:
 
     Trip CSV lines are appended to the file the FileStream connector tails (a day per
     append), hourly weather is fetched from the weather source's archive_url and
-    station_status snapshots every 15 minutes from the GBFS source (`?at=<epoch>`), both
+    station_status snapshots every `scraper.backfill_step_seconds` (15 minutes by
+    default) from the GBFS source (`?at=<epoch>`), both
     through the scrapers' own fetch, validation and producers. The feeds are the embedded
     simulator's (started here when nothing serves its port); the broker must be up
     (`lakehouse up`). Idempotent: days already backfilled add nothing. Then `lakehouse

@@ -4,13 +4,16 @@ The terminal gets the command's own progress lines (`say`) and the warnings of t
 project's modules; `-v` adds their INFO lines, `-q` leaves only warnings and errors. The
 log file, `<state>/logs/lakehouse-<command>.log` (one per command, appended to), gets every
 line at INFO (DEBUG with `-v`), third-party libraries from WARNING, and the traceback of a
-failure, which the terminal shows as one line naming the file.
+failure, which the terminal shows as one line naming the file. `kill -USR1 <pid>` appends
+every thread's Python stack to the log file (for a command that seems stuck).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -25,7 +28,7 @@ LOG = logging.getLogger(__name__)
 _PROJECT_PACKAGES = ("lakehouse", "analysis", "cli", "connectors", "expectations", "infra",
                      "settings", "spark_streaming")
 _QUIET, _NORMAL, _VERBOSE = -1, 0, 1
-_state: dict[str, object] = {"verbosity": _NORMAL, "log_file": None}
+_state: dict[str, object] = {"verbosity": _NORMAL, "log_file": None, "stacks_to": None}
 
 
 class _ProjectWarnings(logging.Handler):
@@ -62,6 +65,10 @@ def log_to_file(logs_dir: Path, command: str) -> Path:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger().addHandler(handler)
     _state["log_file"] = path
+    # written by the interpreter itself, so it works while every thread is blocked
+    stacks_to = path.open("a", encoding="utf-8")
+    faulthandler.register(signal.SIGUSR1, file=stacks_to, all_threads=True)
+    _state["stacks_to"] = stacks_to  # kept open for the process's life
     LOG.info("lakehouse %s (pid %d)", " ".join(sys.argv[1:]), os.getpid())
     return path
 

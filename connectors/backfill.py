@@ -6,8 +6,9 @@ live data, so the streaming jobs carry them through bronze, silver and gold.
   resolves it);
 - weather: each day's hours from every Open-Meteo source with an `archive_url`, through
   the weather scraper's own path (fetch, validate, produce, dead letters);
-- station status: every GBFS source's station_status at each 15-minute instant of the
-  day (`station_status.json?at=<epoch>`), through the GBFS scraper's path.
+- station status: every GBFS source's station_status at each instant of the day
+  `scraper.backfill_step_seconds` apart (default 15 minutes;
+  `station_status.json?at=<epoch>`), through the GBFS scraper's path.
 
 Idempotent: what was produced is marked per source and day in the scrapers' state folder
 (`<scraper.state_dir>/backfill.json`, a mark is set only once the broker acknowledged or
@@ -32,7 +33,6 @@ from connectors.simulator.history import TRIPS_CSV_HEADER, Place, trips_of_day
 from settings import ConfigError, Settings
 
 STATE_NAME = "backfill"
-STEP_SECONDS = 900  # station_status history: one snapshot per 15 minutes
 TRIPS_TOPIC = "trips_csv"
 
 
@@ -104,6 +104,7 @@ class Backfill:
         self.place = history_place(settings)
         self.drop = trips_drop_file(settings)
         self.state = SourceState(settings.scraper_state_path, STATE_NAME)
+        self.step_seconds = settings.scraper.backfill_step_seconds
         self.scraper = Scraper(settings, self.weather + self.gbfs, state=self.state)
 
     def ensure_topics(self) -> list[str]:
@@ -155,7 +156,7 @@ class Backfill:
         for entry in self._entries(self.gbfs):
             mark = f"{entry.source.name}/station_status@{day}"
             done = self.state.get(mark) or 0
-            for at in range(start, start + 86400, STEP_SECONDS):
+            for at in range(start, start + 86400, self.step_seconds):
                 if at <= done:
                     continue
                 result = entry.runner.backfill_station_status(at, mark)

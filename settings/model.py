@@ -289,6 +289,17 @@ class ScraperSettings(_Section):
     # The scrapers' dedupe state (one file per source), relative to the state folder unless
     # absolute: a scrape sharing it never produces a snapshot twice.
     state_dir: str = "scrapers"
+    # `lakehouse backfill`: one station_status snapshot of each GBFS source per this many
+    # seconds of every backfilled day (a divisor of a day).
+    backfill_step_seconds: int = Field(default=900, gt=0, le=86400)
+
+    @field_validator("backfill_step_seconds")
+    @classmethod
+    def _divides_a_day(cls, value: int) -> int:
+        if 86400 % value:
+            raise ValueError(f"{value} does not divide a day (86400 s) evenly: every "
+                             "backfilled day would get snapshots at other times of day")
+        return value
 
 
 class AirflowSettings(_Section):
@@ -350,6 +361,8 @@ class EmbeddedSettings(_Section):
     kafka_brokers: int = Field(default=1, ge=1, le=9)
     # Maximum JVM heaps (-Xmx) of the broker and the Connect worker.
     kafka_heap: str = Field(default="512m", pattern=r"^[0-9]+[mMgG]$")
+    # More JVM options of each embedded broker (space-separated), e.g. for short-lived ones.
+    kafka_java_options: str = ""
     connect_heap: str = Field(default="512m", pattern=r"^[0-9]+[mMgG]$")
     # The SQL endpoint: Spark's Thrift server (HiveServer2 protocol: beeline, JDBC, PyHive,
     # dbt-spark's thrift method) over the shared catalog on 127.0.0.1:sql_endpoint_port.

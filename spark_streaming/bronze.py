@@ -139,6 +139,12 @@ def source_options(spark: SparkSession, settings: Settings, query: BronzeQuery,
         # retry for about a minute before the query fails (default: 3 tries 10 ms apart).
         "fetchOffset.numRetries": "30",
         "fetchOffset.retryIntervalMs": "2000",
+        # ... and each try gives up after 15 s: after a broker of a cluster died, the
+        # driver's offset lookup waited for a node assignment until the default 60 s ran
+        # out (the cluster test's bronze stood still 60 s after its kill -9 of a broker).
+        # A request's own timeout may not exceed it (Kafka refuses the client otherwise).
+        "kafka.default.api.timeout.ms": "15000",
+        "kafka.request.timeout.ms": "10000",
         # Spark's consumer asks the broker for offsets on every poll: the default 500
         # records a poll made a 1M-record batch spend its time on requests (warm run
         # 21.6 s against 14.6 s with these three, measured with `make bench BENCH=bronze`)

@@ -33,7 +33,8 @@ def test_backfilled_days_reach_every_layer_exactly_once(
                            "trip_lines": len(lines) + len(done.days),
                            "weather_hours": 24 * len(done.days),
                            "station_statuses": len(ingested_lakehouse.system.stations)
-                           * 96 * len(done.days)}
+                           * (86400 // scoped.scraper.backfill_step_seconds)
+                           * len(done.days)}
 
     # bronze: what the scrapers produced, each record once
     for topic, produced in (("weather", done.totals["weather_hours"]),

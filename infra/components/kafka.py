@@ -110,6 +110,7 @@ class Kafka(Component):
     def _java(self, main_class: str, *args: str, heap: str = "256m") -> list[str]:
         return [
             str(jvm.java()), "-Xms128m", f"-Xmx{heap}",
+            *self.settings.embedded.kafka_java_options.split(),
             "-Djava.awt.headless=true", "-Djava.net.preferIPv4Stack=true",
             f"-Dlog4j2.configurationFile={TEMPLATES / 'jvm-log4j2.properties'}",
             "-cp", f"{self.layout.jvm_module(MODULE)}/*", main_class, *args,

@@ -138,6 +138,20 @@ class RunningIngest:
         self.log.close()
         return code
 
+    def stacks(self, log_file: Path) -> str:
+        """Every thread's Python stack, as the process writes them to its log file on
+        SIGUSR1 (cli.terminal), for a failure message about a process that seems stuck."""
+        size = log_file.stat().st_size if log_file.exists() else 0
+        os.kill(self.process.pid, signal.SIGUSR1)
+        written = ""
+        end = time.monotonic() + 10
+        while "thread 0x" not in written.lower() and time.monotonic() < end:
+            time.sleep(0.2)
+            with log_file.open(encoding="utf-8", errors="replace") as log:
+                log.seek(size)
+                written = log.read()
+        return written[-8000:] or "(no stacks written)"
+
     def kill(self) -> None:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
@@ -266,7 +280,12 @@ def test_every_fault_is_ridden_out_exactly_once(stack: Stack, settings: Settings
             before = _versions(scoped)
             began = time.monotonic()
             os.kill(ingest.driver_pid(), signal.SIGKILL)
-            ingest.process.wait(timeout=180)
+            try:
+                ingest.process.wait(timeout=180)
+            except subprocess.TimeoutExpired:  # seen once: the ingest's output had stopped
+                pytest.fail("the ingest did not end within 180 s of its driver's death; "
+                            "its threads:\n" + ingest.stacks(
+                                scoped.state_path / "logs" / "lakehouse-ingest.log"))
             assert ingest.process.returncode != 0
             ingest.drain()
             ingest.log.close()
