@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import requests
-from botocore.exceptions import ClientError
 
 from infra.clients import s3_client
 from infra.components.base import Component, Port, StackError
@@ -105,6 +104,8 @@ class Minio(Component):
         return True
 
     def after_healthy(self) -> None:
+        from botocore.exceptions import ClientError  # boto3 loads only where S3 is asked
+
         client = s3_client(self.settings)
         existing = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
         for bucket in self.buckets():
