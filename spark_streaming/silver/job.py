@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import deltalake
@@ -41,6 +42,7 @@ from spark_streaming.silver.spec import PipelineSpec, load_specs
 from spark_streaming.table_lock import writing
 
 Report = Callable[[str], None]
+RESET_CONCURRENCY = 4  # tables emptied at once by a rebuild
 
 
 def _checkpoint(settings: Settings, table: str) -> Path:
@@ -262,8 +264,10 @@ def rebuild_silver(spark: SparkSession, settings: Settings, table: str | Sequenc
     if missing:
         raise ConfigError(f"--table: no silver pipeline for {', '.join(missing)}")
     with writing(settings, tables, f"silver rebuild of {', '.join(tables)}"):
-        for name in tables:
-            _reset(spark, settings, name, report)
+        # each DELETE waits mostly on the bucket: one after the other, emptying the 8
+        # silver tables took 16 s of a cluster replay's 77
+        with ThreadPoolExecutor(RESET_CONCURRENCY) as pool:
+            list(pool.map(lambda name: _reset(spark, settings, name, report), tables))
         return run_silver(spark, settings, tables, available_now=True, report=report,
                           specs=chosen)
 
