@@ -229,9 +229,11 @@ def bronze(ctx: click.Context, topics: tuple[str, ...], continuous: bool, interv
                    "(what tests and CI use). Default: run until Ctrl-C/SIGTERM.")
 @click.option("--interval", default="10 seconds", show_default=True,
               help="Trigger interval of the streaming queries (continuous mode).")
-@click.option("--skip", type=click.Choice(["connectors", "rentals"]), multiple=True,
-              help="Leave out a source (repeatable): Kafka Connect connectors, or the "
-                   "rentals database traffic.")
+@click.option("--skip", type=click.Choice(["connectors", "rentals", "quality"]),
+              multiple=True,
+              help="Leave out a part (repeatable): the Kafka Connect connectors, the "
+                   "rentals database traffic, or (with --until-caught-up) the table-level "
+                   "quality checks at the end.")
 @click.pass_context
 def ingest(ctx: click.Context, until_caught_up: bool, interval: str,
            skip: tuple[str, ...]) -> None:

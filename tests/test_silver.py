@@ -28,6 +28,7 @@ from settings import Settings
 from spark_streaming.silver import rebuild_silver, run_silver, run_table_checks
 from spark_streaming.silver.expectations import SuiteError, load_suite
 from spark_streaming.silver.job import ensure_tables
+from spark_streaming.silver.quarantine import HeldRange, held_ranges
 from spark_streaming.silver.spec import PIPELINES_DIR, PipelineSpec, SpecError, load_specs
 from spark_streaming.silver.table_checks import data_docs_index
 from spark_streaming.table_lock import writing
@@ -102,6 +103,13 @@ def _version(lake: Settings, table: str) -> int:
     return DeltaTable(uri, storage_options=storage_options(lake, uri)).version()
 
 
+def _operations(lake: Settings, table: str) -> list[str]:
+    """The table's commits, oldest first, by Delta operation (WRITE, MERGE, ...)."""
+    uri = table_uri(lake, table)
+    history = DeltaTable(uri, storage_options=storage_options(lake, uri)).history()
+    return [c["operation"] for c in sorted(history, key=lambda c: c["version"])]
+
+
 def _status(station: str, bikes: Any = 5, updated: int = EPOCH, **extra: Any) -> dict:
     return {"system_id": "sim", "station_id": station, "num_bikes_available": bikes,
             "num_docks_available": 10, "num_bikes_disabled": 0, "num_docks_disabled": None,
@@ -148,6 +156,8 @@ def test_statuses_deduplicated_bad_rows_quarantined_and_rebuild_equal(
     assert quarantine["s8"]["failed_rules"] == ["late_beyond_watermark"]
     assert quarantine["s9"]["failed_rules"] == ["station_id_format"]
     assert quarantine["s4"]["kafka_offset"] == offsets[3]
+    # records beyond every offset the table held when the run began: appended, no MERGE
+    assert _operations(lake, "quarantine_station_status")[-1] == "WRITE"
 
     metrics = {(r["batch_id"], r["rule"]): r for r in _rows(lake, "quality_batch_metrics")}
     negative = metrics[(0, "bikes_available_not_negative")]
@@ -158,24 +168,31 @@ def test_statuses_deduplicated_bad_rows_quarantined_and_rebuild_equal(
     assert (metrics[(0, "_batch")]["rows_passed"], metrics[(0, "_batch")]["rows_failed"]) == (
         3, 6)
 
-    # re-delivery: the same statuses again (new offsets) and one new status
-    bronze.append([*good, ("s1", _status("s1", bikes=4, updated=EPOCH + 60))])
+    # re-delivery: the same statuses again (new offsets), one new status and one new bad
+    # record (a new run: it learns the offsets quarantine holds, and appends beyond them)
+    bronze.append([*good, ("s1", _status("s1", bikes=4, updated=EPOCH + 60)),
+                   ("s10", _status("s10", bikes=-1))])
     run_silver(spark, lake, ["silver_station_status"], report=lambda _: None)
     incremental = _rows(lake, "silver_station_status")
     assert len(incremental) == 4
     assert [r for r in incremental if r["station_id"] == "s1" and r["kafka_offset"] != 0] != []
     assert {r["kafka_offset"] for r in incremental} == {0, 1, 2, 9 + 3}
     quarantined = _rows(lake, "quarantine_station_status")
-    assert len(quarantined) == 6
+    assert sorted(r["raw_key"].decode() for r in quarantined) == sorted(
+        ["s4", "s5", "s6", "s7", "s8", "s9", "s10"])
+    assert _operations(lake, "quarantine_station_status")[-2:] == ["WRITE", "WRITE"]
 
     # a second run with nothing new changes nothing
     version = _version(lake, "silver_station_status")
     run_silver(spark, lake, ["silver_station_status"], report=lambda _: None)
     assert _version(lake, "silver_station_status") == version
 
+    # a rebuild replays records quarantine holds: merged by coordinates, none added twice
+    commits = len(_operations(lake, "quarantine_station_status"))
     rebuild_silver(spark, lake, "silver_station_status", report=lambda _: None)
     assert _rows(lake, "silver_station_status") == incremental
-    assert len(_rows(lake, "quarantine_station_status")) == 6
+    assert len(_rows(lake, "quarantine_station_status")) == 7
+    assert "WRITE" not in _operations(lake, "quarantine_station_status")[commits:]
 
     # table-level expectations with Great Expectations, results in quality_results
     results = run_table_checks(spark, lake, ["silver_station_status"], report=lambda _: None)
@@ -552,3 +569,19 @@ def test_size_limits_of_a_spec_are_validated(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=rf"{spec}: max_field_bytes: 2048 is more than "
                                         r"max_record_bytes \(1024\)"):
         load_specs(tmp_path)
+
+
+def test_quarantine_offsets_held_come_from_file_statistics() -> None:
+    """Which coordinates a quarantine table may hold, from its files' statistics: the
+    highest offset per topic and partition bounds; a file without statistics rules
+    nothing out (every batch of the run then merges by coordinates)."""
+    def stats(topic: str, partition: int, high: int) -> dict[str, object]:
+        return {"min.kafka_topic": topic, "max.kafka_topic": topic,
+                "min.kafka_partition": partition, "max.kafka_partition": partition,
+                "max.kafka_offset": high}
+
+    assert held_ranges([]) == []
+    assert held_ranges([stats("a", 0, 7), stats("a", 0, 3), stats("a", 1, 2)]) == [
+        HeldRange(("a", "a"), (0, 0), 7), HeldRange(("a", "a"), (1, 1), 2)]
+    assert held_ranges([stats("a", 0, 7), {**stats("a", 1, 2), "max.kafka_offset": None}]) \
+        is None

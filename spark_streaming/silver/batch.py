@@ -19,6 +19,7 @@ from spark_streaming.silver.batch_metrics import BatchMetricsTable
 from spark_streaming.silver.delta_writes import DeltaTarget
 from spark_streaming.silver.expectations import Suite
 from spark_streaming.silver.parsing import Parser
+from spark_streaming.silver.quarantine import QuarantineTable
 from spark_streaming.silver.routing import (
     LATE_RULE,
     check_fail_rules,
@@ -66,7 +67,7 @@ class SilverPipeline:
 
     def __post_init__(self) -> None:
         self.silver = DeltaTarget(self.settings, self.spec.table)
-        self.quarantine = DeltaTarget(self.settings, self.spec.quarantine)
+        self.quarantine = QuarantineTable(self.settings, self.spec.quarantine)
         self.metrics = BatchMetricsTable(self.settings)
         self.rules = self.suite.row_rules
         self.parser = Parser(self.spec, self.table)
@@ -92,12 +93,12 @@ class SilverPipeline:
         frame = routed.frame.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             routed = type(routed)(frame, routed.rules, routed.late)
-            counts = count(routed)
+            counts = count(routed, self.quarantine.may_hold())
             phases.done("count")
             check_fail_rules(routed, self.spec.table, batch_id, counts)
             if counts["quarantined"]:
-                self.quarantine.append_new_records(quarantine_rows(routed), self.run_id,
-                                                   batch_id)
+                self.quarantine.add(quarantine_rows(routed), counts["_held"] > 0,
+                                    self.run_id, batch_id)
                 phases.done("quarantine")
             counts["changed"] = (self._write_silver(spark, good_rows(routed, self.table),
                                                     batch_id) if counts["passed"] else 0)

@@ -100,8 +100,9 @@ def check_fail_rules(routed: Routed, table: str, batch_id: int, counts: dict[str
             f"written. Sample of offending rows:\n{shown}")
 
 
-def count(routed: Routed) -> dict[str, int]:
-    """One aggregation over the batch: rows per stage, per rule flag, warned rows."""
+def count(routed: Routed, quarantine_may_hold: Column | None = None) -> dict[str, int]:
+    """One aggregation over the batch: rows per stage, per rule flag, warned rows; with
+    `quarantine_may_hold`, also the quarantined rows for which it holds (`_held`)."""
     frame = routed.frame
     warn = [F.col(f"_r{i}") for i, r in enumerate(routed.rules) if r.severity == "warn"]
     any_warn = F.greatest(*warn, F.lit(False)) if warn else F.lit(False)
@@ -119,6 +120,9 @@ def count(routed: Routed) -> dict[str, int]:
     ]
     if routed.late:
         aggregates.append(F.sum(F.col("_late").cast("long")).alias("_late"))
+    if quarantine_may_hold is not None:
+        aggregates.append(F.sum((F.col("_final_stage").isNotNull() & quarantine_may_hold)
+                                .cast("long")).alias("_held"))
     row = frame.agg(*aggregates).collect()[0].asDict()
     return {k: int(v or 0) for k, v in row.items()}
 
