@@ -224,6 +224,11 @@ def spark_confs(settings: Settings, app_name: str) -> dict[str, str]:
         # appends of 10 rows took a median 1.66 s against 1.86-2.02 s, 20 small MERGEs
         # 2.33 s against 2.64-2.73 s (one warm JVM, the test S3 server).
         "spark.databricks.delta.commitStats.collect": "false",
+        # PySpark 4 otherwise records the Python call site of every DataFrame function
+        # call in the JVM (for error messages): five or so more py4j round trips a call.
+        # Building the 8 silver pipelines' parse expressions made 58,000 round trips and
+        # took 6.1-7.0 s on a warm driver; the call sites only decorate analysis errors.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",

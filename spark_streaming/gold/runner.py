@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
@@ -24,6 +25,7 @@ from spark_streaming.gold.progress import (
     source_progress,
 )
 from spark_streaming.gold.writer import replace_all, replace_keys
+from spark_streaming.spark_conf import SMALL_BATCH_CONFS
 from spark_streaming.table_lock import writing
 
 log = logging.getLogger("lakehouse.gold")
@@ -139,8 +141,28 @@ def run_gold(spark: SparkSession, settings: Settings, tables: Sequence[str] | No
     process writes one of them."""
     chosen = preflight(settings, tables)
     with writing(settings, chosen, "gold rebuild" if rebuild else "gold update"):
-        return {name: run_metric(spark, settings, METRICS[name], rebuild, report)
-                for name in chosen}
+        if len(chosen) == 1:
+            return {chosen[0]: run_metric(spark, settings, METRICS[chosen[0]], rebuild,
+                                          report)}
+        # The tables at once: a round is mostly plans and small jobs one after the other
+        # on the driver, which one table at a time left a core idle.
+        with ThreadPoolExecutor(len(chosen), thread_name_prefix="gold") as pool:
+            running = {name: pool.submit(_run_on_own_session, spark, settings,
+                                         METRICS[name], rebuild, report)
+                       for name in chosen}
+            return {name: future.result() for name, future in running.items()}
+
+
+def _run_on_own_session(spark: SparkSession, settings: Settings, metric: GoldMetric,
+                        rebuild: bool, report: Report) -> int:
+    """run_metric on a session of its own (the SparkContext is shared): the metrics'
+    temporary views and the commit-metadata setting have the same names in each."""
+    session = spark.newSession()
+    for key in SMALL_BATCH_CONFS:  # set at run time on the caller's session, if at all
+        value = spark.conf.get(key, None)
+        if value is not None:
+            session.conf.set(key, value)
+    return run_metric(session, settings, metric, rebuild, report)
 
 
 __all__ = ["METRICS", "GoldError", "behind", "preflight", "run_gold", "run_metric"]

@@ -66,11 +66,19 @@ def ensure_tables(spark: SparkSession, settings: Settings, names: list[str],
                   report: Report) -> None:
     """Create the tables the silver queries need that do not exist yet (apply's create
     step only, with their catalog names; converging drift is `lakehouse tables apply`'s
-    job)."""
+    job).
+
+    Asked first whether each log exists (delta-rs): in an ingest, `tables apply` made
+    them all, and planning each against its definition and the catalog cost seconds of
+    every silver run's start."""
     root = settings.tables_uri
     storage = storage_options(settings, root)
+    missing = [name for name in names
+               if not deltalake.DeltaTable.is_deltatable(table_uri(settings, name), storage)]
+    if not missing:
+        return
     catalog = registered_tables(settings)
-    for definition in load_definitions(tables=names):
+    for definition in load_definitions(tables=missing):
         plan = plan_table(definition, root, storage, catalog)
         if plan.version is None:
             apply_plan(spark, plan, storage, report)
