@@ -182,10 +182,12 @@ def test_statuses_deduplicated_bad_rows_quarantined_and_rebuild_equal(
         ["s4", "s5", "s6", "s7", "s8", "s9", "s10"])
     assert _operations(lake, "quarantine_station_status")[-2:] == ["WRITE", "WRITE"]
 
-    # a second run with nothing new changes nothing
+    # a second run with nothing new changes nothing, and starts no query to find that out
     version = _version(lake, "silver_station_status")
-    run_silver(spark, lake, ["silver_station_status"], report=lambda _: None)
+    said: list[str] = []
+    run_silver(spark, lake, ["silver_station_status"], report=said.append)
     assert _version(lake, "silver_station_status") == version
+    assert said == ["silver: silver_station_status: nothing new in bronze, no query started"]
 
     # a rebuild replays records quarantine holds: merged by coordinates, none added twice
     commits = len(_operations(lake, "quarantine_station_status"))

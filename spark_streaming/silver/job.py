@@ -138,6 +138,25 @@ def _caught_up(settings: Settings, pipeline: SilverPipeline) -> bool:
         del bronze  # see docs/architecture.md: delta-rs objects are dropped explicitly
 
 
+def _nothing_to_read(settings: Settings, pipeline: SilverPipeline) -> bool:
+    """Before a catch-up's first round: the query would provably read nothing, as its
+    checkpoint has read bronze to the end or, without a checkpoint, bronze holds no data
+    yet (from the logs alone). A query start and an empty first batch cost seconds of
+    driver time each, and a catch-up on new topics meets several empty bronze tables."""
+    if _caught_up(settings, pipeline):
+        return True
+    if committed_source_offsets(str(_checkpoint(settings, pipeline.spec.table))) is not None:
+        return False
+    source = pipeline.table.source
+    assert source is not None
+    uri = table_uri(settings, source.tables[0])
+    bronze = deltalake.DeltaTable(uri, storage_options=storage_options(settings, uri))
+    try:
+        return not bronze.file_uris()
+    finally:
+        del bronze  # see docs/architecture.md: delta-rs objects are dropped explicitly
+
+
 def _terminated(query: StreamingQuery) -> bool:
     try:
         return bool(query.awaitTermination(1))
@@ -193,7 +212,10 @@ def _catch_up(spark: SparkSession, settings: Settings, pipelines: list[SilverPip
     """Rounds of availableNow queries, every pending table's query running at once (their
     start-up and commits overlap), until each table has read its bronze to the end."""
     round_number = 0
-    pending = list(pipelines)
+    pending = [p for p in pipelines if not _nothing_to_read(settings, p)]
+    for pipeline in pipelines:
+        if pipeline not in pending:
+            report(f"silver: {pipeline.spec.table}: nothing new in bronze, no query started")
     while pending and (stop is None or not stop.is_set()):
         round_number += 1
         before = {id(p): p.totals.get("read", 0) for p in pending}
