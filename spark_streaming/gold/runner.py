@@ -25,10 +25,14 @@ from spark_streaming.gold.progress import (
     source_progress,
 )
 from spark_streaming.gold.writer import replace_all, replace_keys
+from spark_streaming.session import activate_in_thread
 from spark_streaming.spark_conf import SMALL_BATCH_CONFS
 from spark_streaming.table_lock import writing
 
 log = logging.getLogger("lakehouse.gold")
+# Confs a gold table's own session takes from the caller's: days and hours are cut in the
+# session time zone; the small-batch confs may be set at run time.
+CALLER_CONFS = ("spark.sql.session.timeZone", *SMALL_BATCH_CONFS)
 Report = Callable[[str], None]
 
 METRICS: dict[str, GoldMetric] = {m.table: m for m in (
@@ -156,12 +160,16 @@ def run_gold(spark: SparkSession, settings: Settings, tables: Sequence[str] | No
 def _run_on_own_session(spark: SparkSession, settings: Settings, metric: GoldMetric,
                         rebuild: bool, report: Report) -> int:
     """run_metric on a session of its own (the SparkContext is shared): the metrics'
-    temporary views and the commit-metadata setting have the same names in each."""
+    temporary views and the commit-metadata setting have the same names in each. A new
+    session starts from the confs the SparkContext started with; the caller's values of
+    the confs gold depends on are copied (a session reused by a later command got its
+    confs at run time), and the session is the thread's active one (Delta looks it up)."""
     session = spark.newSession()
-    for key in SMALL_BATCH_CONFS:  # set at run time on the caller's session, if at all
+    for key in CALLER_CONFS:
         value = spark.conf.get(key, None)
         if value is not None:
             session.conf.set(key, value)
+    activate_in_thread(session)
     return run_metric(session, settings, metric, rebuild, report)
 
 

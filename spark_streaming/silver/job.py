@@ -303,10 +303,14 @@ def rebuild_silver(spark: SparkSession, settings: Settings, table: str | Sequenc
 
 
 def _reset(spark: SparkSession, settings: Settings, table: str, report: Report) -> None:
-    """Remove the table's checkpoint and run id, and empty the table."""
+    """Remove the table's run id and checkpoint, and empty the table.
+
+    The run id goes first: a crash between the two then leaves the old checkpoint under a
+    new run id (the next run goes on from it), never a new checkpoint under the old run
+    id, whose batch ids 0, 1, ... Delta would skip as already written."""
     checkpoint = _checkpoint(settings, table)
-    shutil.rmtree(checkpoint, ignore_errors=True)
     checkpoint.with_suffix(".run_id").unlink(missing_ok=True)
+    shutil.rmtree(checkpoint, ignore_errors=True)
     target = DeltaTarget(settings, table)
     if DeltaTable.isDeltaTable(spark, target.path):
         target.open(spark).delete()

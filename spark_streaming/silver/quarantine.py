@@ -3,12 +3,14 @@ there already.
 
 Quarantine is append-only and keyed by (topic, partition, offset): a rebuild from bronze
 must not add a record twice. A MERGE on those coordinates reads the table to find out, in
-every batch that quarantined anything. But a silver run reads each bronze partition in
-offset order, so a record beyond the highest offset the table held when the run began
-cannot be there: that batch is a plain append (Delta's app transaction still makes it
-once per run and batch). The highest offsets come from the file statistics of the Delta
-log (delta-rs, no Spark job), read once per run; a file without statistics makes every
-batch of the run take the MERGE.
+every batch that quarantined anything. But a record the table did not hold when the
+pipeline first looked (its files' statistics: topic, partition and highest offset, read
+with delta-rs at the first batch, no Spark job) can only have been written since by this
+pipeline, and then only by the same batch of the same checkpoint, redone with its batch
+id: Delta's app transaction skips that append. So a batch none of whose quarantined rows
+is covered by those statistics is a plain append; one that may hold some (a rebuild
+replaying bronze) is merged. A file without statistics makes every batch of the pipeline
+take the MERGE.
 """
 
 from __future__ import annotations
@@ -67,8 +69,8 @@ class QuarantineTable(DeltaTarget):
         self._held: Column | None = None
 
     def may_hold(self) -> Column:
-        """True for a row whose coordinates the table may have held when this run first
-        asked (from then on, the run only adds offsets beyond them)."""
+        """True for a row whose coordinates the table may have held when this pipeline
+        first asked (read once: see the module docstring for why that suffices)."""
         if self._held is None:
             self._held = self._read_held()
         return self._held
