@@ -165,6 +165,20 @@ def read_table_status(settings: Settings, definition: TableDefinition, now: floa
     return status
 
 
+def holds_data(settings: Settings, name: str) -> bool:
+    """Whether table `name` exists with data files, from its log alone (a storage error
+    raises: it never reads as "empty")."""
+    uri = table_uri(settings, name)
+    storage = storage_options(settings, uri)
+    if not DeltaTable.is_deltatable(uri, storage):
+        return False
+    table = DeltaTable(uri, storage_options=storage)
+    try:
+        return len(table.file_uris()) > 0
+    finally:
+        del table  # see docs/architecture.md: delta-rs objects are dropped explicitly
+
+
 def quarantine_of(definition: TableDefinition, names: set[str]) -> str | None:
     """The quarantine table of a silver table (`silver_x` -> `quarantine_x`), if defined."""
     if definition.layer != "silver":

@@ -21,7 +21,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import deltalake
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -31,7 +30,8 @@ from pyspark.sql.types import StructType
 from connectors import kafka_inspect
 from infra.clients import kafka_admin
 from lakehouse.definitions import load_definitions
-from lakehouse.storage import spark_uri, storage_options, table_uri
+from lakehouse.storage import spark_uri, table_uri
+from lakehouse.table_status import holds_data
 from settings import Settings
 from spark_streaming.checkpoint_offsets import committed_source_offsets
 from spark_streaming.layer_progress import LayerProgress
@@ -106,25 +106,13 @@ def _has_progress(spark: SparkSession, checkpoint: str) -> bool:
     return bool(fs.exists(path)) and len(fs.listStatus(path)) > 0
 
 
-def _holds_records(settings: Settings, query: BronzeQuery) -> bool:
-    """Whether the table exists with data files, from its log alone (delta-rs): asked of
-    every query without a checkpoint, and a Spark job per table only to find an empty
-    table (each ingest on new tables) cost 0.5-1 s a topic, one after the other."""
-    storage = storage_options(settings, query.table_uri)
-    if not deltalake.DeltaTable.is_deltatable(query.table_uri, storage):
-        return False
-    table = deltalake.DeltaTable(query.table_uri, storage_options=storage)
-    try:
-        return len(table.file_uris()) > 0
-    finally:
-        del table  # see docs/architecture.md: delta-rs objects are dropped explicitly
-
-
 def starting_offsets(spark: SparkSession, settings: Settings, query: BronzeQuery) -> str:
     """Where a query without a checkpoint starts: after the last offset the table holds per
     partition (a deleted or moved checkpoint never re-reads nor skips a record), the
     earliest offset for partitions the table has not seen."""
-    if not _holds_records(settings, query):
+    # asked of the log (delta-rs): a Spark job per table only to find an empty one (each
+    # ingest on new tables) cost 0.5-1 s a topic, one after the other
+    if not holds_data(settings, query.table):
         return "earliest"
     held = {int(row["partition"]): int(row["last"]) for row in
             spark.read.format("delta").load(query.path)

@@ -29,6 +29,7 @@ from lakehouse.catalog import registered_tables
 from lakehouse.definitions import TableDefinition, load_definitions
 from lakehouse.storage import storage_options, table_uri
 from lakehouse.table_manager import apply_plan, plan_table
+from lakehouse.table_status import holds_data
 from settings import ConfigError, Settings
 from spark_streaming.checkpoint_offsets import committed_source_offsets
 from spark_streaming.layer_progress import LayerProgress
@@ -149,12 +150,7 @@ def _nothing_to_read(settings: Settings, pipeline: SilverPipeline) -> bool:
         return False
     source = pipeline.table.source
     assert source is not None
-    uri = table_uri(settings, source.tables[0])
-    bronze = deltalake.DeltaTable(uri, storage_options=storage_options(settings, uri))
-    try:
-        return not bronze.file_uris()
-    finally:
-        del bronze  # see docs/architecture.md: delta-rs objects are dropped explicitly
+    return not holds_data(settings, source.tables[0])
 
 
 def _terminated(query: StreamingQuery) -> bool:
