@@ -7,8 +7,9 @@ this test change together. What each step stands on:
 
 - `make ingest` runs until Ctrl-C; its catch-up form (`lakehouse ingest --until-caught-up`,
   which the README names for scripts) is the shared ingest the suite already ran;
-- the first `make transform` is the shared transform; the tour's own is the second run
-  (nothing new, or a build where an earlier test committed to a shared table);
+- the first `make transform` is the shared transform; the tour's own is the second run:
+  nothing new in `make test`, where this module runs right after the shared transform's
+  (tests/conftest.py), a build where a test run before it committed to a shared table;
 - `make notebooks` runs `lakehouse notebooks` after `make setup`: the notebooks module runs
   that command on the same state (three minutes, not paid twice);
 - `make docs` is run as typed, until it serves, then stopped like Ctrl-C would;

@@ -109,7 +109,8 @@ def test_transform_with_nothing_new_builds_nothing(
     ingested = transformed_lakehouse.ingested
     settings = ingested.settings
     marts = {name: catalog_location(settings, f"marts.{name}") for name in MARTS}
-    # the first call may build: another test module may have rebuilt a mart meanwhile
+    # the first call may build: a test run before this module may have rebuilt a mart
+    # (in `make test` none has: tests/conftest.py runs it right after the tour)
     run_cli("transform", "--timings-json", env=ingested.env, timeout=900)
     versions = {name: _version(settings, uri) for name, uri in marts.items()}
     result = run_cli("transform", "--timings-json", env=ingested.env, timeout=300)
