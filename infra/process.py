@@ -150,13 +150,17 @@ EXIT_POLL_SECONDS = 0.05
 
 
 def _exited(proc: psutil.Process) -> bool:
-    """Whether `proc` has exited. A zombie has: its ports and files are closed, only its
-    exit status waits for its parent. A server outlives the `lakehouse up` that started
-    it, so its parent is then the machine's init, which may reap late: on the CI machines
-    2 s after the exit, which `psutil.wait_procs` waited out in every stop (a `down` of
-    the 10-server cluster profile took 20 s)."""
+    """Whether `proc` has exited: gone, or a zombie of one thread, whose ports and files
+    are closed and whose exit status alone waits for its parent. A server outlives the
+    `lakehouse up` that started it, so its parent is then the machine's init, which may
+    reap late: on the CI machines 2 s after the exit, which `psutil.wait_procs` waited out
+    in every stop (a `down` of the 10-server cluster profile took 20 s). A zombie with
+    more threads is a JVM whose main thread ended before the others: its sockets are
+    still open (seen: a broker's ports still taken right after its stop)."""
     try:
-        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+        if not proc.is_running():
+            return True
+        return proc.status() == psutil.STATUS_ZOMBIE and proc.num_threads() <= 1
     except psutil.NoSuchProcess:
         return True
 

@@ -437,6 +437,13 @@ class Settings(_Section):
                              "standalone master the stack starts")
         return parts.hostname, parts.port
 
+    @property
+    def jars_in_place(self) -> bool:
+        """Whether every JVM that runs tasks can read Spark's jars where `lakehouse setup`
+        put them: a local master (one JVM), or the standalone workers the stack starts on
+        this machine (`embedded.spark_workers`)."""
+        return self.spark.is_local or (self.embedded.enabled and self.embedded.spark_workers > 0)
+
     def spark_daemons(self) -> list[SparkDaemon]:
         """The embedded master (0) and workers: the ONE place their ports come from. The
         master listens on spark.master's port, its web UI on the next; worker n on that

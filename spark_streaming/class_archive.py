@@ -65,8 +65,9 @@ def _fingerprint(settings: Settings) -> str | None:
 
 def archive_path(settings: Settings) -> Path | None:
     """The archive of this machine's JVM and Spark jars, or None if not built (or the
-    master is not local: a cluster's driver has another class path)."""
-    if not settings.spark.is_local:
+    driver's class path is not a local one's: a cluster whose executors fetch the jars,
+    `spark_conf._jar_confs`)."""
+    if not settings.jars_in_place:
         return None
     home = os.environ.get("SPARK_HOME")  # the user's own Spark: another class path
     if home and Path(home).parent != spark_home_folder(settings):

@@ -8,6 +8,7 @@ ports + PORT_SHIFT and a state folder of its own, so it never meets the session'
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from infra.components.spark_cluster import master_state
 from infra.ports import wait_until
 from infra.stack import Stack
 from settings import Settings, load_settings
+from spark_streaming import class_archive
 from spark_streaming.bronze import bronze_table_name
 from tests.conftest import (
     PROJECT_DIR,
@@ -185,6 +187,28 @@ def test_cluster_ingest_equals_local(ingested: Ingested, layer: str) -> None:
                         if cluster_rows.get(k) != local_rows.get(k))
         assert not differ, (f"{name}: {len(differ)} keys differ, e.g. {differ[0]}: cluster "
                             f"{cluster_rows.get(differ[0])}, local {local_rows.get(differ[0])}")
+
+
+def test_executors_read_the_jars_in_place(ingested: Ingested) -> None:
+    """The stack's workers run on this machine: their executors put the jars `lakehouse
+    setup` resolved on their class path where they are, and fetch none from the driver
+    (0.6 GB an executor); the driver, with a local one's class path, is given the class
+    archive (tests/test_spark_class_archive.py proves a driver maps it)."""
+    settings = settings_of(ingested.env)
+    ingests = [app["id"] for app in master_state(settings)["completedapps"]
+               if app["name"] == "lakehouse-ingest"]
+    assert ingests, "no ingest ran on the workers"
+    workers = settings.state_path / "spark-cluster"
+    logs = sorted(log for app in ingests
+                  for log in workers.glob(f"spark-worker-*/work/{app}/*/stderr"))
+    assert logs, f"no executor log of {ingests} on the workers"
+    for log in logs:
+        text = log.read_text(errors="replace")
+        command = text.splitlines()[0]
+        assert "delta-spark" in command, f"{log}: no Delta jar on the class path: {command}"
+        fetched = re.findall(r"Fetching (spark://\S+\.jar)", text)
+        assert not fetched, f"{log}: fetched {fetched[:3]}"
+    assert class_archive.java_options(settings), "no class archive for the cluster's driver"
 
 
 def produce_steadily(settings: Settings, topic: str, values: list[bytes], per_second: int,

@@ -109,6 +109,16 @@ def test_cluster_profile_ports_and_a_master_for_its_workers(project: Path) -> No
         load_settings(environ={"LAKEHOUSE_EMBEDDED__SPARK_WORKERS": "2"}, project_dir=project)
 
 
+def test_jars_reach_executors_in_place_only_on_this_machine() -> None:
+    """Local drivers and the stack's own workers read the jars where setup put them; the
+    compose profile's workers (containers the project does not start) fetch them."""
+    assert load_settings("embedded", environ={}).jars_in_place
+    assert load_settings("cluster", environ={}).jars_in_place
+    assert not load_settings("compose", environ={}).jars_in_place
+    assert not load_settings("external", environ={
+        "LAKEHOUSE_SPARK__MASTER": "spark://spark.example:7077"}).jars_in_place
+
+
 def test_env_file_gains_new_variables_and_keeps_the_old_values(tmp_path: Path) -> None:
     """A checkout whose .env.example gained a secret: setup adds it to the existing .env with
     a generated value, keeps every value already there, and a second run changes nothing."""
