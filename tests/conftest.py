@@ -100,10 +100,18 @@ def stack_pids(stack: Stack) -> list[int]:
     return [c.process.pid() for c in stack.components if c.process.pid() is not None]
 
 
+def still_running(pid: int) -> bool:
+    """Whether `pid` runs: a zombie has ended (its parent, often init, may reap it a
+    moment later; it may be reaped while we look)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def assert_nothing_left(stack: Stack, pids: list[int]) -> None:
     """No process of `pids` (or its children) lives and every configured port is free."""
-    alive = [pid for pid in pids if psutil.pid_exists(pid)
-             and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    alive = [pid for pid in pids if still_running(pid)]
     assert not alive, f"processes left running: {alive}"
     taken = [(c.name, p.number) for c in stack.components for p in c.ports()
              if not port_is_free(p.number)]

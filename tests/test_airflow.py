@@ -17,7 +17,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
 
-import psutil
 import pytest
 import requests
 from confluent_kafka import Consumer, TopicPartition
@@ -34,7 +33,7 @@ from infra.ports import port_is_free
 from infra.stack import Stack
 from lakehouse.storage import storage_options
 from settings import Settings
-from tests.conftest import IngestedLakehouse, catalog_location, run_cli
+from tests.conftest import IngestedLakehouse, catalog_location, run_cli, still_running
 from tests.test_docs_site import CHROMIUM, CHROMIUM_ARGS, VIEWPORT
 
 # Fast failure for the tests: one retry a second later, no HTTP retries in the scraper;
@@ -164,8 +163,7 @@ def airflow(stack: Stack, settings: Settings,
                   if not c.name.startswith("airflow-") and c.process.pid() is not None}
         result = run_cli("down", "--airflow", timeout=300)  # Airflow alone
         assert result.returncode == 0, result.stderr
-        alive = [p for p in pids if psutil.pid_exists(p)
-                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in pids if still_running(p)]
         assert not alive, f"Airflow processes left running: {alive}"
         assert port_is_free(settings.embedded.airflow_port)
         assert {c.name: c.process.pid() for c in stack.components
