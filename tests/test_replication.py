@@ -33,7 +33,7 @@ from infra.components.kafka import Kafka, kafka_nodes
 from infra.layout import StateLayout
 from infra.ports import port_is_free, wait_until
 from settings import Settings, load_settings
-from tests.conftest import TEST_PROFILE, run_cli
+from tests.conftest import TEST_PROFILE, run_cli, still_running
 
 pytestmark = pytest.mark.stack  # three Kafka brokers of its own
 PORT_SHIFT = 100  # test profile 21092/21093 -> nodes on 21192..21197
@@ -95,8 +95,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             # the teardown waited out the 10 s it was given); its data is thrown away
             node.stop_timeout = 3.0
         stop_components(nodes, running.log.append)
-        alive = [pid for pid in pids if psutil.pid_exists(pid)
-                 and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        alive = [pid for pid in pids if still_running(pid)]
         assert not alive, f"broker processes left running: {alive}"
         ports = [p.number for node in nodes for p in node.ports() if not port_is_free(p.number)]
         assert not ports, f"ports still taken after stopping the brokers: {ports}"
