@@ -27,6 +27,7 @@ from connectors.simulator.server import FeedSimulator
 from infra.ports import port_is_free
 from settings import ConfigError, Settings
 from spark_streaming.query_restarts import RetryClock, first_line
+from spark_streaming.session import SessionInBackground
 
 Report = Callable[[str], None]
 LOG = logging.getLogger(__name__)
@@ -73,14 +74,17 @@ def bronze_topics(settings: Settings, report: Report) -> list[str]:
 
 
 def prepare(settings: Settings, options: IngestOptions, report: Report,
-            spark: Callable[[], SparkSession]) -> None:
-    """Servers, tables, source database and connectors: all idempotent. `spark` gives the
-    ingest's own session, which the tables' DDL uses when there is any."""
+            spark: SessionInBackground) -> None:
+    """Servers, tables, source database and connectors: all idempotent. `spark` is the
+    ingest's own session: its driver starts as soon as the servers are up (it needs the
+    metastore's database) and runs its start beside the other steps; the tables' DDL
+    waits for it when there is any."""
     embedded = settings.embedded.enabled
     if embedded:
         run_step(settings, report, "up")
+    spark.begin()
     run_step(settings, report, "topics", "apply")
-    apply_tables(settings, report, spark)
+    apply_tables(settings, report, spark.get)
     write_dbt_sources(settings, report)
     if embedded and "rentals" not in options.skip:
         # the roles too: a server started by an older version has not got them yet

@@ -8,7 +8,6 @@ import json
 import shutil
 import sys
 import time
-from typing import TYPE_CHECKING
 
 import click
 
@@ -37,9 +36,6 @@ from infra.stack import Stack, replication_advice
 from settings import ConfigError
 from settings.env_file import ensure_env_file
 from spark_streaming.table_lock import TableBusy, running_alone
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 DISTRIBUTION = "lakehouse-ingest"  # pyproject.toml [project] name
 
@@ -89,10 +85,10 @@ def setup(ctx: click.Context) -> None:
     else:
         changed = 0
     settings = settings_of(ctx)
-    changed += run_setup(StateLayout(settings.state_path, settings.tools_path), _say)
     from spark_streaming import class_archive
 
-    changed += class_archive.build(settings, _say)
+    changed += run_setup(StateLayout(settings.state_path, settings.tools_path), _say,
+                         then=lambda: class_archive.build(settings, _say))
     if changed:
         _say(f"[green]setup done[/green]: {changed} change(s); state in {settings.state_path}")
     else:
@@ -245,7 +241,7 @@ def ingest(ctx: click.Context, until_caught_up: bool, interval: str,
     """
     from cli import ingest_service as service
     from spark_streaming.bronze import stop_on_signals
-    from spark_streaming.session import build_spark_session, stop_session
+    from spark_streaming.session import SessionInBackground
 
     settings = settings_of(ctx)
     options = service.IngestOptions(until_caught_up=until_caught_up,
@@ -253,18 +249,13 @@ def ingest(ctx: click.Context, until_caught_up: bool, interval: str,
     began = time.monotonic()
     try:
         with running_alone(settings, "lakehouse ingest"), contextlib.ExitStack() as resources:
-            sessions: list[SparkSession] = []
-
-            def session() -> SparkSession:
-                """The ingest's one SparkSession, started by the first step that needs it."""
-                if not sessions:
-                    sessions.append(build_spark_session(settings, app_name="lakehouse-ingest"))
-                    resources.callback(stop_session, sessions[0])
-                return sessions[0]
-
+            # the ingest's one SparkSession: its driver starts once the stack is up, beside
+            # the steps that follow (prepare), and every step that needs it waits for it
+            session = SessionInBackground(settings, app_name="lakehouse-ingest")
+            resources.callback(session.stop)
             service.prepare(settings, options, _say, session)
             service.start_simulator(settings, resources, _say)
-            spark = session()
+            spark = session.get()
             # After the session: pyspark installs its own SIGINT handler (cancel every job,
             # raise KeyboardInterrupt) when the context starts; ours stops queries cleanly.
             stop = resources.enter_context(stop_on_signals())

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,23 +180,33 @@ def go_version() -> tuple[int, ...] | None:
     return _version_tuple(out) if out.startswith("go") else None
 
 
-def run_setup(layout: StateLayout, report: Report, manifest: dict[str, Any] | None = None) -> int:
-    """Make the machine ready for the embedded stack; returns how many things it changed."""
+def run_setup(layout: StateLayout, report: Report, manifest: dict[str, Any] | None = None,
+              then: Callable[[], int] | None = None) -> int:
+    """Make the machine ready for the embedded stack; returns how many things it changed.
+
+    Airflow's venv (a pip install of its own lock) installs in a thread beside the rest:
+    the JVM artifacts, the Go build and `then` (the Spark class archive, which needs the
+    jars), run once they are in place. One after the other they were most of a fresh
+    clone's setup, each leaving a core idle."""
     manifest = manifest or load_manifest()
     report(f"ok: Java {java_version()}")
     layout.ensure()
     installer = _Installer(layout, report)
-    missing = missing_debian_packages(manifest["debian_packages"])
-    if missing:
-        install_debian_packages(missing, report)
-        installer.actions += 1
-    else:
-        report(f"ok: Debian packages present ({', '.join(manifest['debian_packages'])})")
-    installer.jvm_artifacts()
-    for build in manifest.get("go_builds", []):
-        installer.go_build(build)
-    try:
-        installer.actions += int(ensure_airflow_venv(layout, report))
-    except AirflowInstallError as exc:
-        raise SetupError(str(exc)) from exc
+    with ThreadPoolExecutor(1, thread_name_prefix="airflow-venv") as pool:
+        airflow = pool.submit(ensure_airflow_venv, layout, report)
+        missing = missing_debian_packages(manifest["debian_packages"])
+        if missing:
+            install_debian_packages(missing, report)
+            installer.actions += 1
+        else:
+            report(f"ok: Debian packages present ({', '.join(manifest['debian_packages'])})")
+        installer.jvm_artifacts()
+        for build in manifest.get("go_builds", []):
+            installer.go_build(build)
+        if then is not None:
+            installer.actions += then()
+        try:
+            installer.actions += int(airflow.result())
+        except AirflowInstallError as exc:
+            raise SetupError(str(exc)) from exc
     return installer.actions

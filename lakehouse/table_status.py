@@ -109,7 +109,9 @@ def _is_data_commit(commit: dict) -> bool:
     return str(commit.get("operation", "")).upper() not in _MAINTENANCE and _added_rows(commit) > 0
 
 
-def _row_count(table: DeltaTable) -> int | None:
+def row_count(table: DeltaTable) -> int | None:
+    """Rows of the table's current version from its log's file statistics (None when a
+    file has none)."""
     actions = table.get_add_actions(flatten=True)
     column = actions.column("num_records")
     values = column.to_pylist() if hasattr(column, "to_pylist") else list(column)
@@ -136,7 +138,7 @@ def read_table_status(settings: Settings, definition: TableDefinition, now: floa
         status.exists = True
         status.version = table.version()
         history = table.history(limit=HISTORY_LIMIT)  # newest first
-        status.rows = _row_count(table)
+        status.rows = row_count(table)
     except Exception as exc:
         status.error = f"{type(exc).__name__}: {exc}"
         return status

@@ -36,6 +36,8 @@ from settings import Settings
 from spark_streaming.checkpoint_offsets import committed_source_offsets
 from spark_streaming.layer_progress import LayerProgress
 from spark_streaming.query_restarts import RestartingQuery
+from spark_streaming.session import confs_for_rows
+from spark_streaming.spark_conf import SMALL_READ_ROWS
 
 log = logging.getLogger("lakehouse.bronze")
 Report = Callable[[str], None]
@@ -230,12 +232,27 @@ def caught_up(settings: Settings, query: BronzeQuery) -> bool:
     checkpoint, a batch left uncommitted by a crash, new records, new partitions) says
     False: run the round.
     """
+    reached = _reached(query)
+    if reached is None:
+        return False
+    return all(reached.get(p, -1) >= end for p, end in log_ends(settings, query.topic).items())
+
+
+def _reached(query: BronzeQuery) -> dict[int, int] | None:
+    """Each partition's offset the checkpoint's newest committed batch ended at; None
+    without exactly one such batch (no checkpoint, a remote one, an uncommitted batch)."""
     offsets = committed_source_offsets(query.checkpoint)
     if offsets is None or len(offsets) != 1:
-        return False
-    committed = offsets[0]
-    reached = {int(p): int(o) for p, o in committed.get(query.topic, {}).items()}
-    return all(reached.get(p, -1) >= end for p, end in log_ends(settings, query.topic).items())
+        return None
+    return {int(p): int(o) for p, o in offsets[0].get(query.topic, {}).items()}
+
+
+def backlog(settings: Settings, query: BronzeQuery) -> int:
+    """At most how many records a round of `query` reads: each partition's log end past
+    the checkpoint's offset (past 0 without one: an upper bound)."""
+    reached = _reached(query) or {}
+    return sum(max(0, end - reached.get(p, 0))
+               for p, end in log_ends(settings, query.topic).items())
 
 
 def run_available_now(spark: SparkSession, settings: Settings, topics: list[str],
@@ -256,9 +273,12 @@ def run_available_now(spark: SparkSession, settings: Settings, topics: list[str]
     while pending and (stop is None or not stop.is_set()):
         round_number += 1
         began = time.monotonic()
-        running = [(q, start_query(spark, settings, q, available_now=True,
-                                   max_offsets_per_trigger=max_offsets_per_trigger))
-                   for q in pending]
+        running = []
+        for q in pending:
+            # a query keeps the confs of its start: interpreted for a small backlog
+            with confs_for_rows(spark, settings, backlog(settings, q), SMALL_READ_ROWS):
+                running.append((q, start_query(spark, settings, q, available_now=True,
+                                               max_offsets_per_trigger=max_offsets_per_trigger)))
         read_this_round = 0
         still_pending = []
         for spec, query in running:

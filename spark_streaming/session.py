@@ -6,10 +6,12 @@ import contextlib
 import logging
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from pyspark import SparkContext
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from infra.layout import StateLayout
@@ -18,6 +20,7 @@ from spark_streaming import class_archive
 from spark_streaming.spark_conf import (
     LOOPBACK,
     QUIET_LOGGERS,
+    SMALL_BATCH_ROWS,
     executor_python,
     metastore_has_schema,
     metastore_schema_lock,
@@ -56,8 +59,8 @@ def launch_session(settings: Settings, confs: dict[str, str]) -> SparkSession:
     builder = SparkSession.builder
     for key, value in confs.items():
         builder = builder.config(key, value)
-    with _jvm_output_to(jvm_log_file(settings)):
-        session = builder.getOrCreate()
+    _launch_jvm(confs, jvm_log_file(settings))
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel(settings.spark.log_level)
     _quiet(session)
     _accumulator_errors_to_log(session)
@@ -109,27 +112,18 @@ def jvm_log_file(settings: Settings) -> Path:
     return StateLayout(settings.state_path, settings.tools_path).log_file("spark")
 
 
-@contextlib.contextmanager
-def _jvm_output_to(log_file: Path) -> Iterator[None]:
-    """Launch the JVM (a child of this process) with stdout and stderr on `log_file`:
-    the child inherits file descriptors 1 and 2 as they are when it starts."""
+def _launch_jvm(confs: dict[str, str], log_file: Path) -> None:
+    """Start the driver JVM (a child of this process) with its stdout and stderr on
+    `log_file`, given to the child alone: redirecting this process's own descriptors 1
+    and 2 while the JVM starts would also swallow the output of whatever runs beside the
+    start (the ingest starts its driver in a thread while its other steps run)."""
     if SparkContext._gateway is not None:  # the JVM runs already
-        yield
         return
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    try:
-        with log_file.open("ab") as log:
-            os.dup2(log.fileno(), 1)
-            os.dup2(log.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in saved:
-            os.close(fd)
+    with log_file.open("ab") as log:
+        gateway = launch_gateway(SparkConf().setAll(list(confs.items())),
+                                 popen_kwargs={"stdout": log, "stderr": log})
+    SparkContext._ensure_initialized(gateway=gateway)
 
 
 def _quiet(session: SparkSession) -> None:
@@ -183,3 +177,67 @@ def use_small_batch_confs(session: SparkSession, settings: Settings, rows: int =
     them), a foreachBatch function's batch session (the query's own clone) per batch."""
     for key, value in small_batch_confs(settings, rows).items():
         session.conf.set(key, value)
+
+
+@contextlib.contextmanager
+def confs_for_rows(session: SparkSession, settings: Settings, rows: int,
+                   small_below: int = SMALL_BATCH_ROWS) -> Iterator[None]:
+    """`session` with the SQL confs of work on `rows` rows (`spark_conf.small_batch_confs`)
+    inside the block, its own values again after it. A streaming query started inside
+    keeps them: it runs on a clone of the session taken at its start."""
+    confs = small_batch_confs(settings, rows, small_below)
+    before = {key: session.conf.get(key, None) for key in confs}
+    for key, value in confs.items():
+        session.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                session.conf.unset(key)
+            else:
+                session.conf.set(key, value)
+
+
+class SessionInBackground:
+    """A command's SparkSession started in a thread while the command does other work.
+
+    A driver's start is 8-15 s of mostly one core; `lakehouse ingest` spends about as long
+    in steps that wait on servers (topics, the rentals database, connectors), so it starts
+    its driver as soon as the stack is up and takes the session when it needs it."""
+
+    def __init__(self, settings: Settings, app_name: str) -> None:
+        self._settings, self._app_name = settings, app_name
+        self._thread: threading.Thread | None = None
+        self._session: SparkSession | None = None
+        self._error: BaseException | None = None
+
+    def begin(self) -> None:
+        """Start the driver in a thread (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._build, name="spark-start", daemon=True)
+            self._thread.start()
+
+    def _build(self) -> None:
+        try:
+            self._session = build_spark_session(self._settings, self._app_name)
+        except BaseException as exc:  # handed to the thread that asks for the session
+            self._error = exc
+
+    def get(self) -> SparkSession:
+        """The session, waiting for its start; a failed start raises here."""
+        self.begin()
+        assert self._thread is not None
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._session is not None
+        return self._session
+
+    def stop(self) -> None:
+        """Stop the session if one was started (waiting for a start still under way)."""
+        if self._thread is None:
+            return
+        self._thread.join()
+        if self._session is not None:
+            stop_session(self._session)

@@ -193,13 +193,21 @@ LARGE_BATCH_CONFS = {"spark.sql.codegen.factoryMode": "FALLBACK"}
 # statuses (2 cores, warm driver): 3 rows 0.27 s interpreted against 0.44 s generated,
 # 50,000 rows 14.5 s against 4.4 s: about 0.2 ms a row more, 0.2 s a batch less.
 SMALL_BATCH_ROWS = 1_000
+# Below this many rows read, bronze's rounds and gold's (narrow projections, joins and
+# aggregates, not silver's wide parse) run interpreted too. A catch-up ingest's gold round
+# over 13,000 silver statuses (2 cores, A and B alternating): incremental 19.0-19.2 s
+# generated against 11.3-12.6 s interpreted (33-34 against 20-23 CPU-s: about half of
+# gold's driver CPU was generating and compiling code), the rebuild 25.5-25.8 against
+# 23.3-25.0 s; a bronze round of a few dozen records a topic 12.7-15.4 against 11.4-12.8 s.
+SMALL_READ_ROWS = 100_000
 
 
-def small_batch_confs(settings: Settings, rows: int = 0) -> dict[str, str]:
+def small_batch_confs(settings: Settings, rows: int = 0,
+                      small_below: int = SMALL_BATCH_ROWS) -> dict[str, str]:
     """The SQL confs of a micro-batch of `rows` rows: SMALL_BATCH_CONFS below
-    SMALL_BATCH_ROWS, else LARGE_BATCH_CONFS; where the profile's spark.conf names a key,
-    its value."""
-    chosen = SMALL_BATCH_CONFS if rows < SMALL_BATCH_ROWS else LARGE_BATCH_CONFS
+    `small_below` (silver's SMALL_BATCH_ROWS; SMALL_READ_ROWS for bronze and gold), else
+    LARGE_BATCH_CONFS; where the profile's spark.conf names a key, its value."""
+    chosen = SMALL_BATCH_CONFS if rows < small_below else LARGE_BATCH_CONFS
     return {key: settings.spark.conf.get(key, value) for key, value in chosen.items()}
 
 

@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 
 from lakehouse.definitions import load_definitions
 from lakehouse.storage import spark_uri, storage_options, table_uri
+from lakehouse.table_status import row_count
 from settings import ConfigError, Settings
 from spark_streaming.gold import rentals_weather, station_availability, system_utilisation
 from spark_streaming.gold.metric import GoldMetric, PinnedViews, Views, materialize
@@ -25,8 +26,8 @@ from spark_streaming.gold.progress import (
     source_progress,
 )
 from spark_streaming.gold.writer import replace_all, replace_keys
-from spark_streaming.session import activate_in_thread
-from spark_streaming.spark_conf import SMALL_BATCH_CONFS
+from spark_streaming.session import activate_in_thread, confs_for_rows
+from spark_streaming.spark_conf import SMALL_BATCH_CONFS, SMALL_READ_ROWS
 from spark_streaming.table_lock import writing
 
 log = logging.getLogger("lakehouse.gold")
@@ -78,12 +79,23 @@ def run_metric(spark: SparkSession, settings: Settings, metric: GoldMetric, rebu
                report: Report) -> int:
     """Bring one gold table up to date with its sources; rows written (0: nothing to do)."""
     consumed = consumed_versions(_open(settings, metric.table))
-    progress = [source_progress(consumed, name, _open(settings, name))
-                for name in metric.sources]
+    sources = {name: _open(settings, name) for name in metric.sources}
+    progress = [source_progress(consumed, name, table) for name, table in sources.items()]
+    # what the round may read at most: every row of its sources (no statistics: many)
+    counts = [row_count(table) for table in sources.values()]
+    del sources  # see docs/architecture.md: delta-rs objects are dropped explicitly
     if not rebuild and not any(p.has_news for p in progress):
         report(f"{metric.table}: up to date with "
                + ", ".join(f"{p.table} v{p.current}" for p in progress))
         return 0
+    read_rows = SMALL_READ_ROWS if None in counts else sum(c or 0 for c in counts)
+    with confs_for_rows(spark, settings, read_rows, SMALL_READ_ROWS):
+        return _update(spark, settings, metric, progress, rebuild, report)
+
+
+def _update(spark: SparkSession, settings: Settings, metric: GoldMetric,
+            progress: list[SourceProgress], rebuild: bool, report: Report) -> int:
+    """run_metric's work once it knows the table is behind (or rebuilt)."""
     began = time.monotonic()
     gold_path = spark_uri(table_uri(settings, metric.table))
     views = PinnedViews(spark, {p.table: p.current for p in progress},
