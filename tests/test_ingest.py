@@ -13,16 +13,27 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
 
+from cli.ingest_service import bronze_topics
 from connectors.rentals.database import connect
 from infra.clients import sql_endpoint_connect
 from infra.stack import Stack
+from lakehouse.definitions import load_definitions
+from lakehouse.storage import storage_options, table_uri
 from settings import Settings, load_settings
+from spark_streaming.bronze import run_continuous
+from spark_streaming.gold import run_gold
+from spark_streaming.session import activate_in_thread
+from spark_streaming.silver import run_silver
+from spark_streaming.silver.spec import load_specs
 from tests.conftest import (
     PROJECT_DIR,
     TEST_PROFILE,
@@ -127,6 +138,16 @@ def _count_through_the_sql_endpoint(settings: Settings, table: str) -> tuple[int
     return before, counted, read_delta(settings, table, ["offset"]).num_rows
 
 
+SILVER_BATCH = re.compile(r"lakehouse\.silver: silver_\w+ batch \d+: \d+ rows read, \d+ "
+                          r"changed; size [\d.]+ s, parse [\d.]+ s, count [\d.]+ s")
+
+
+def _logged_since(log_file: Path, offset: int) -> str:
+    with log_file.open(encoding="utf-8") as log:
+        log.seek(offset)
+        return log.read()
+
+
 def test_ctrl_c_stops_a_running_ingest_cleanly(stack: Stack, tmp_path: Path) -> None:
     """Ctrl-C (SIGINT to the terminal's process group) while every query runs: the
     queries stop, the command says so and exits 0, and no traceback reaches the terminal.
@@ -167,6 +188,12 @@ def test_ctrl_c_stops_a_running_ingest_cleanly(stack: Stack, tmp_path: Path) -> 
             scoped, "bronze_bikes_station_status")
         assert before <= counted <= after and after > 0, (before, counted, after)
         assert process.poll() is None, "ingest ended while the endpoint was queried"
+        # and a silver micro-batch with rows committed (its line is asserted below): the
+        # first bronze batch alone does not say silver has finished one
+        while not SILVER_BATCH.search(_logged_since(log_file, logged_before)):
+            assert time.monotonic() < deadline, "no silver batch with rows within 600 s"
+            assert process.poll() is None, "ingest ended before a silver batch"
+            time.sleep(1)
         os.killpg(process.pid, signal.SIGINT)
         process.wait(timeout=180)
     finally:
@@ -183,11 +210,78 @@ def test_ctrl_c_stops_a_running_ingest_cleanly(stack: Stack, tmp_path: Path) -> 
     assert text.rstrip().splitlines()[-1].endswith("ingest stopped cleanly"), text[-4000:]
     assert "Traceback" not in text and "Exception" not in text, text[-4000:]
     # the log file (not the terminal) has a line per micro-batch saying where its time went
-    with log_file.open(encoding="utf-8") as log:
-        log.seek(logged_before)
-        logged = log.read()
+    logged = _logged_since(log_file, logged_before)
     assert re.search(r"lakehouse\.batches: bronze_\w+ batch \d+: [1-9]\d* rows; "
                      r"triggerExecution [\d.]+ s, .*addBatch [\d.]+ s", logged), logged[-3000:]
-    assert re.search(r"lakehouse\.silver: silver_\w+ batch \d+: \d+ rows read, \d+ changed; "
-                     r"size [\d.]+ s, parse [\d.]+ s, count [\d.]+ s", logged), logged[-3000:]
+    assert SILVER_BATCH.search(logged), logged[-3000:]
     assert "lakehouse.batches" not in text, "batch lines belong in the log file only"
+
+
+def _versions(settings: Settings, names: list[str]) -> dict[str, int]:
+    """Each table's Delta version, from its log (delta-rs)."""
+    versions = {}
+    for name in names:
+        uri = table_uri(settings, name)
+        table = DeltaTable(uri, storage_options=storage_options(settings, uri))
+        versions[name] = table.version()
+        del table  # see docs/architecture.md: delta-rs objects are dropped explicitly
+    return versions
+
+
+def _checkpoint_files(settings: Settings) -> set[str]:
+    """Every file of the ingest's checkpoints (an offsets or commits entry per batch)."""
+    root = Path(settings.checkpoint_root)
+    return {str(path.relative_to(root)) for path in root.rglob("*") if path.is_file()}
+
+
+def test_an_idle_ingest_commits_nothing(ingested_lakehouse: IngestedLakehouse,
+                                        spark: SparkSession) -> None:
+    """The continuous bronze and silver queries of the shared ingest on quiet topics, with
+    a 1 s trigger: once each has run a trigger that found nothing, several more triggers
+    add no Delta version to any table (the quality metrics included) and no batch to any
+    checkpoint; a gold round after them writes nothing either."""
+    scoped = ingested_lakehouse.settings
+    quiet: list[str] = []
+    topics = bronze_topics(scoped, quiet.append)
+    names = [d.name for d in load_definitions()]  # every layer, quarantine and metrics too
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run(work: Callable[[], object]) -> threading.Thread:
+        def body() -> None:
+            try:
+                activate_in_thread(spark)
+                work()
+            except BaseException as exc:  # reported by the test below
+                errors.append(exc)
+        thread = threading.Thread(target=body, daemon=True)
+        thread.start()
+        return thread
+
+    threads = [
+        run(lambda: run_continuous(spark, scoped, topics, quiet.append, stop, "1 second")),
+        run(lambda: run_silver(spark, scoped, available_now=False, stop=stop,
+                               report=quiet.append, interval="1 second"))]
+    expected = len(topics) + len(load_specs())
+    try:
+        deadline = time.monotonic() + 300
+        while True:  # every query started and idle after a trigger of its own
+            assert not errors, errors
+            active = spark.streams.active
+            idle = [q for q in active if q.lastProgress is not None
+                    and not q.status["isDataAvailable"] and not q.status["isTriggerActive"]]
+            if len(active) >= expected and len(idle) == len(active):
+                break
+            assert time.monotonic() < deadline, [(q.name, q.status) for q in active]
+            time.sleep(0.5)
+        before = _versions(scoped, names), _checkpoint_files(scoped)
+        time.sleep(6)  # six triggers of every query
+        assert len(spark.streams.active) >= expected and not errors, errors
+        after = _versions(scoped, names), _checkpoint_files(scoped)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=120)
+    assert after == before
+    assert set(run_gold(spark, scoped, report=quiet.append).values()) == {0}
+    assert _versions(scoped, names) == before[0]

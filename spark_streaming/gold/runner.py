@@ -88,7 +88,7 @@ def run_metric(spark: SparkSession, settings: Settings, metric: GoldMetric, rebu
         report(f"{metric.table}: up to date with "
                + ", ".join(f"{p.table} v{p.current}" for p in progress))
         return 0
-    read_rows = SMALL_READ_ROWS if None in counts else sum(c or 0 for c in counts)
+    read_rows = sum(SMALL_READ_ROWS if c is None else c for c in counts)
     with confs_for_rows(spark, settings, read_rows, SMALL_READ_ROWS):
         return _update(spark, settings, metric, progress, rebuild, report)
 
