@@ -19,6 +19,7 @@ from analysis.dbt_project import DbtOutcome, DbtPaths, TransformError, prepare_p
 from lakehouse.catalog import registered_tables
 from lakehouse.definitions import LAYERS, load_definitions
 from lakehouse.storage import storage_options, table_uri
+from lakehouse.table_status import row_count
 from settings import Settings
 
 Report = Callable[[str], None]
@@ -52,7 +53,8 @@ def _check(outcome: DbtOutcome, report: Report) -> None:
 def analysis_session(settings: Settings, result: TransformResult, report: Report,
                      paths: DbtPaths | None = None) -> Iterator[tuple[SparkSession, DbtPaths]]:
     """A SparkSession on the shared catalog, and the dbt project ready to run in it."""
-    from spark_streaming.session import command_session
+    from spark_streaming.session import command_session, confs_for_rows
+    from spark_streaming.spark_conf import SMALL_READ_ROWS
 
     paths = paths or prepare_project(settings)
     result.tables = sorted(name for name in registered_tables(settings)
@@ -66,7 +68,29 @@ def analysis_session(settings: Settings, result: TransformResult, report: Report
         with _timed(result, "spark_start"):
             spark = held.enter_context(command_session(settings, "lakehouse-transform"))
         report(f"{len(result.tables)} lakehouse tables in the catalog")
+        # dbt's queries on this session: interpreted when the lakehouse is small (a full
+        # build over a test-sized lakehouse 64.3-64.5 s generated, 56.3-56.8 interpreted)
+        held.enter_context(confs_for_rows(spark, settings, _rows_held(settings, result.tables),
+                                          SMALL_READ_ROWS))
         yield spark, paths
+
+
+def _rows_held(settings: Settings, tables: list[str]) -> int:
+    """Rows of the lakehouse tables (catalog names), from their logs' file statistics; a
+    table without them counts as large."""
+    from spark_streaming.spark_conf import SMALL_READ_ROWS
+
+    rows = 0
+    for name in tables:
+        uri = table_uri(settings, name.split(".", 1)[1])
+        try:
+            table = DeltaTable(uri, storage_options=storage_options(settings, uri))
+        except TableNotFoundError:
+            continue
+        counted = row_count(table)
+        del table  # see docs/architecture.md: delta-rs objects are dropped explicitly
+        rows += SMALL_READ_ROWS if counted is None else counted
+    return rows
 
 
 def transform(settings: Settings, dbt_args: list[str], report: Report, *,
