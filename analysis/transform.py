@@ -10,7 +10,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyspark.sql import SparkSession
 
 from analysis.build_inputs import BuildInputs, BuildRecord, current_inputs, freshness_now
@@ -86,6 +86,9 @@ def _rows_held(settings: Settings, tables: list[str]) -> int:
         try:
             table = DeltaTable(uri, storage_options=storage_options(settings, uri))
         except TableNotFoundError:
+            continue
+        except (DeltaError, OSError):  # unreadable here: dbt will say why; count it large
+            rows += SMALL_READ_ROWS
             continue
         counted = row_count(table)
         del table  # see docs/architecture.md: delta-rs objects are dropped explicitly
