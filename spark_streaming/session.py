@@ -202,9 +202,10 @@ def confs_for_rows(session: SparkSession, settings: Settings, rows: int,
 class SessionInBackground:
     """A command's SparkSession started in a thread while the command does other work.
 
-    A driver's start is 8-15 s of mostly one core; `lakehouse ingest` spends about as long
-    in steps that wait on servers (topics, the rentals database, connectors), so it starts
-    its driver as soon as the stack is up and takes the session when it needs it."""
+    `lakehouse ingest` spends several seconds in steps that wait on servers (topics, the
+    rentals database, connectors: about 7 s on a warm stack), so it starts its driver (3-4
+    s with the class archive, more without) as soon as the stack is up and takes the
+    session when it needs it."""
 
     def __init__(self, settings: Settings, app_name: str) -> None:
         self._settings, self._app_name = settings, app_name

@@ -81,14 +81,15 @@ def run_metric(spark: SparkSession, settings: Settings, metric: GoldMetric, rebu
     consumed = consumed_versions(_open(settings, metric.table))
     sources = {name: _open(settings, name) for name in metric.sources}
     progress = [source_progress(consumed, name, table) for name, table in sources.items()]
-    # what the round may read at most: every row of its sources (no statistics: many)
-    counts = [row_count(table) for table in sources.values()]
-    del sources  # see docs/architecture.md: delta-rs objects are dropped explicitly
     if not rebuild and not any(p.has_news for p in progress):
+        del sources  # see docs/architecture.md: delta-rs objects are dropped explicitly
         report(f"{metric.table}: up to date with "
                + ", ".join(f"{p.table} v{p.current}" for p in progress))
         return 0
-    read_rows = sum(SMALL_READ_ROWS if c is None else c for c in counts)
+    # what the round may read at most: every row of its sources (no statistics: many)
+    read_rows = sum(SMALL_READ_ROWS if rows is None else rows
+                    for rows in map(row_count, sources.values()))
+    del sources
     with confs_for_rows(spark, settings, read_rows, SMALL_READ_ROWS):
         return _update(spark, settings, metric, progress, rebuild, report)
 
