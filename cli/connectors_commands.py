@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from cli import exit_codes
@@ -185,6 +186,25 @@ def diff(ctx: click.Context, names: tuple[str, ...], exit_code: bool) -> None:
     sys.exit(FAILURE if exit_code and differing else OK)
 
 
+def _make_topics(ctx: click.Context, connector: ConnectorFile) -> str:
+    """Create the topics the connector will write (the worker creates none); the reason
+    it cannot start, or ""."""
+    from connectors.topic_definitions import TopicFileError
+    from connectors.topic_manager import KafkaException, ensure_connector_topics
+    from connectors.topic_producers import connector_topics
+
+    try:
+        created = ensure_connector_topics(settings_of(ctx), list(connector_topics(connector)),
+                                          str(connector.path))
+    except TopicFileError as exc:
+        return "; ".join(exc.problems)
+    except KafkaException as exc:
+        return f"cannot create its topics: {exc}"
+    if created:
+        out.print(f"  created topics: {', '.join(created)}")
+    return ""
+
+
 @connectors.command()
 @click.argument("names", nargs=-1)
 @click.option("--wait/--no-wait", default=True, show_default=True,
@@ -219,6 +239,11 @@ def apply(ctx: click.Context, names: tuple[str, ...], wait: bool, timeout: float
                 for error in errors:
                     out.print(f"  {item.connector.path}: {error.field}: {error.message}",
                               markup=False)
+                continue
+            topics_error = _make_topics(ctx, item.connector)
+            if topics_error:
+                failures += 1
+                out.print(f"[red]not applied[/red] {escape(item.name)}: {escape(topics_error)}")
                 continue
             previous, _ = states(client.status(item.name))
             client.put_config(item.name, item.connector.config)

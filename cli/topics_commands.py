@@ -90,13 +90,15 @@ def validate(ctx: click.Context, topics_dir: Path) -> None:
     say(f"{len(specs)} topics declared in {topics_dir}, every produced topic among them")
 
 
-def _plan(ctx: click.Context, specs: list[TopicSpec]) -> list:
-    from connectors.topic_manager import plan
+def _plan(ctx: click.Context, specs: list[TopicSpec]) -> tuple[list, list[str]]:
+    """The changes apply would make, and the broker's topics no file declares."""
+    from connectors.topic_manager import plan, undeclared_topics
     from infra.clients import kafka_admin
 
     settings = settings_of(ctx)
     try:
-        return plan(kafka_admin(settings), specs)
+        admin = kafka_admin(settings)
+        return plan(admin, specs), undeclared_topics(settings, admin, specs)
     except KafkaException as exc:
         console.print(f"[red]error:[/red] cannot read the topics of "
                       f"{settings.kafka.bootstrap_servers}: {escape(str(exc))} "
@@ -108,16 +110,21 @@ def _plan(ctx: click.Context, specs: list[TopicSpec]) -> list:
 @topics_option
 @click.pass_context
 def diff(ctx: click.Context, topics_dir: Path) -> None:
-    """Show what apply would change (read only): `+` it would, `!` Kafka cannot."""
+    """Show what apply would change (read only): `+` it would, `!` Kafka cannot, `?` a
+    topic on the broker that no file declares (apply leaves it alone)."""
     from connectors.topic_manager import REFUSED
 
     specs = _checked_specs(ctx, topics_dir)
-    changes = _plan(ctx, specs)
+    changes, undeclared = _plan(ctx, specs)
     for change in changes:
         marker = "!" if change.kind == REFUSED else "+"
         click.echo(f"{marker} {change.spec.name}: {change.kind}: {change.detail}")
+    for name in undeclared:
+        click.echo(f"? {name}: on the broker, declared by no file in {topics_dir} "
+                   "(made outside the files; add a file or delete the topic)")
     drifted = {c.spec.name for c in changes}
-    say(f"{len(specs) - len(drifted)} in sync, {len(drifted)} drifted")
+    say(f"{len(specs) - len(drifted)} in sync, {len(drifted)} drifted"
+        + (f", {len(undeclared)} undeclared on the broker" if undeclared else ""))
     if any(c.kind == REFUSED for c in changes):
         sys.exit(EXIT_REFUSED)
     if changes:
@@ -133,7 +140,7 @@ def apply(ctx: click.Context, topics_dir: Path) -> None:
     from infra.clients import kafka_admin
 
     specs = _checked_specs(ctx, topics_dir)
-    changes = _plan(ctx, specs)
+    changes, _undeclared = _plan(ctx, specs)
     outcome = apply_plan(kafka_admin(settings_of(ctx)), changes)
     for change in outcome.applied:
         say(f"{change.spec.name}: {change.kind}: {change.detail}")

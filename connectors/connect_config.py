@@ -5,7 +5,8 @@ hold two kinds of references:
 
 - `${lakehouse:<setting>}`: a value of the project configuration (e.g.
   `${lakehouse:postgres.host}`, `${lakehouse:kafka.topic_prefix}`, `${lakehouse:state_dir}`
-  = the absolute state folder), resolved here at apply time, so one file serves every
+  = the absolute state folder, `${lakehouse:connect.file_dir}` = the absolute folder the
+  worker lets connectors read), resolved here at apply time, so one file serves every
   profile. Secrets cannot be referenced this way.
 - any other `${provider:...}` (`${env:VAR}`, `${file:path:key}`): a Kafka Connect config
   provider reference, passed to the worker untouched; the worker resolves it, so secrets
@@ -70,6 +71,8 @@ def setting_value(settings: Settings, key: str) -> str:
     """The string value of a dotted setting; ValueError saying why it cannot be used."""
     if key == "state_dir":
         return str(settings.state_path)
+    if key == "connect.file_dir":  # a folder of the state, given absolute
+        return str(settings.connect_file_path)
     node: object = settings
     for part in key.split("."):
         if not isinstance(node, BaseModel) or part not in type(node).model_fields:
@@ -203,6 +206,20 @@ def provider_references(directory: Path = CONNECTORS_DIR) -> tuple[set[str], set
         variables.update(_ENV_REFERENCE.findall(text))
         files.update(_FILE_REFERENCE.findall(text))
     return variables, files
+
+
+def connector_classes(directory: Path = CONNECTORS_DIR) -> list[str]:
+    """The `connector.class` of each connector file of `directory`: the only plugins the
+    worker lets anyone create or validate (a file that cannot be read names none)."""
+    classes: set[str] = set()
+    for path in sorted(directory.glob("*.json")):
+        try:
+            config = json.loads(path.read_text()).get("config", {})
+        except (json.JSONDecodeError, AttributeError):
+            continue
+        if isinstance(config, dict) and isinstance(config.get("connector.class"), str):
+            classes.add(config["connector.class"])
+    return sorted(classes)
 
 
 def worker_provider_properties(directory: Path = CONNECTORS_DIR) -> dict[str, str]:

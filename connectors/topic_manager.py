@@ -81,6 +81,20 @@ def plan(admin: AdminClient, specs: list[TopicSpec]) -> list[TopicChange]:
     return changes
 
 
+def undeclared_topics(settings: Settings, admin: AdminClient,
+                      specs: list[TopicSpec]) -> list[str]:
+    """Topics on the broker under the profile's prefix (all, without one) that no file
+    declares, Kafka's and Connect's own left out: made outside the files, for example by
+    a client of another tool. `apply` leaves them alone (it never deletes a topic)."""
+    from connectors.kafka_inspect import is_internal_name
+
+    declared = {spec.name for spec in specs}
+    prefix = settings.kafka.topic_prefix
+    return sorted(name for name in admin.list_topics(timeout=_TIMEOUT).topics
+                  if name.startswith(prefix) and name not in declared
+                  and not is_internal_name(settings, name))
+
+
 def apply_change(admin: AdminClient, change: TopicChange) -> None:
     """Carry out one planned change; raises KafkaException when the broker refuses it."""
     spec = change.spec
@@ -140,8 +154,31 @@ def ensure_declared_topics(settings: Settings, names: list[str],
         raise TopicFileError([f"{name} is declared by no file in {folder}: add one "
                               "(`lakehouse topics validate` lists every gap)"
                               for name in undeclared])
+    return _converge(kafka_admin(settings), [specs[name] for name in names])
+
+
+def ensure_connector_topics(settings: Settings, names: list[str], writer: str,
+                            folder: Path = TOPICS_DIR) -> list[str]:
+    """Before a connector starts writing `names`: the declared ones made as their files
+    say; an undeclared one must already be on the broker, since neither the broker nor the
+    worker creates a topic by itself (a connector file outside the repository may write a
+    topic its owner created). Returns the topics created."""
+    specs = {s.name: s for s in topic_specs(settings, folder)}
     admin = kafka_admin(settings)
-    outcome = apply_plan(admin, plan(admin, [specs[name] for name in names]))
+    undeclared = sorted(set(names) - set(specs))
+    if undeclared:
+        live = admin.list_topics(timeout=_TIMEOUT).topics
+        missing = [name for name in undeclared if name not in live]
+        if missing:
+            raise TopicFileError([
+                f"{writer} writes topic {name}, which no file in {folder} declares and "
+                "the broker does not have (the broker creates no topic by itself): add "
+                "a topic file and run `lakehouse topics apply`" for name in missing])
+    return _converge(admin, [specs[name] for name in names if name in specs])
+
+
+def _converge(admin: AdminClient, specs: list[TopicSpec]) -> list[str]:
+    outcome = apply_plan(admin, plan(admin, specs))
     for change in outcome.refused:
         log.warning("%s: %s", change.spec.name, change.detail)
     if outcome.failed:
@@ -150,4 +187,5 @@ def ensure_declared_topics(settings: Settings, names: list[str],
 
 
 __all__ = ["CONFIGS", "CREATE", "PARTITIONS", "REFUSED", "ApplyOutcome", "KafkaException",
-           "TopicChange", "apply_change", "apply_plan", "ensure_declared_topics", "plan"]
+           "TopicChange", "apply_change", "apply_plan", "ensure_connector_topics",
+           "ensure_declared_topics", "plan", "undeclared_topics"]

@@ -1,4 +1,5 @@
-"""Resolve the JVM artifacts of infra/jvm/pom.xml from Maven Central into the tools folder.
+"""Resolve the JVM artifacts of infra/jvm/pom.xml from Maven Central into the tools folder,
+and build the project's own Java (the Connect worker's connector guard) beside them.
 
 One class-path folder per Maven module (kafka, connect, connect-plugins, spark). The poms
 are fingerprinted: while they are unchanged and the folders are in place, Maven is not run
@@ -30,10 +31,11 @@ class MavenError(Exception):
 
 
 def manifest_fingerprint() -> str:
-    """sha256 over every pom and the Maven settings: changes when any version changes."""
+    """sha256 over every pom, the Maven settings and the project's own Java sources:
+    changes when any version or source changes."""
     jvm_dir = JVM_DIR
     digest = hashlib.sha256()
-    for path in sorted(jvm_dir.rglob("*.xml")):
+    for path in sorted(p for p in jvm_dir.rglob("*") if p.is_file()):
         digest.update(str(path.relative_to(jvm_dir)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
@@ -56,7 +58,9 @@ def resolve(layout: StateLayout, report: Report, log_file: Path) -> None:
         raise MavenError("`mvn` not found: install Maven (`sudo apt-get install maven`); "
                          "it resolves infra/jvm/pom.xml from Maven Central")
     partial = layout.jvm.with_name("jvm.partial")
+    build = partial.with_name(partial.name + ".build")  # the poms' <directory>: classes
     shutil.rmtree(partial, ignore_errors=True)
+    shutil.rmtree(build, ignore_errors=True)
     report("resolving JVM artifacts of infra/jvm/pom.xml with Maven "
            f"(first time ~1-2 min, ~800 MB; log: {log_file})")
     log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -66,6 +70,7 @@ def resolve(layout: StateLayout, report: Report, log_file: Path) -> None:
              "-f", str(JVM_DIR / "pom.xml"), "package", f"-Djvm.out={partial}"],
             stdout=log, stderr=subprocess.STDOUT, check=False,
         )
+    shutil.rmtree(build, ignore_errors=True)
     output = log_file.read_text(errors="replace")
     if result.returncode != 0:
         errors = [line for line in output.splitlines() if "[ERROR]" in line][:3]

@@ -56,6 +56,9 @@ class ConnectSettings(_Section):
     # generates one into .env); every client of the project sends it.
     user: str = "lakehouse"
     password: SecretStr | None = None
+    # The one folder whose files connectors may read or write (the FileStream connectors'
+    # `file`); relative to state_dir unless absolute. The worker refuses any other path.
+    file_dir: str = "drops"
 
     def auth(self) -> tuple[str, str] | None:
         """(user, password) for the REST API, or None for a worker without authentication."""
@@ -499,6 +502,12 @@ class Settings(_Section):
     def scraper_state_path(self) -> Path:
         """Absolute folder of the scrapers' dedupe state (scraper.state_dir)."""
         folder = Path(self.scraper.state_dir)
+        return folder if folder.is_absolute() else self.state_path / folder
+
+    @property
+    def connect_file_path(self) -> Path:
+        """Absolute folder of the files connectors may read or write (connect.file_dir)."""
+        folder = Path(self.connect.file_dir)
         return folder if folder.is_absolute() else self.state_path / folder
 
     @property

@@ -223,7 +223,7 @@ def drop_trips(settings: Settings, session: str) -> tuple[dict[str, str], str]:
              f"station-{(i + 2) % 5 + 1},2026-10-0{i % 9 + 1}T08:0{i}:00,"
              f"2026-10-0{i % 9 + 1}T08:4{i}:00,{150 + i}" for i in range(8)}
     bad = f"{session}-bad,bike-1,station-1"
-    drop = settings.state_path / "drops" / "trips" / "trips.csv"
+    drop = settings.connect_file_path / "trips" / "trips.csv"
     drop.parent.mkdir(parents=True, exist_ok=True)
     with drop.open("a") as file:
         file.write("\n".join([header, *trips.values(), bad]) + "\n")

@@ -40,6 +40,24 @@ def repo_connector(file_name: str) -> dict[str, Any]:
     return json.loads((CONNECTORS_DIR / file_name).read_text())
 
 
+def make_topic(settings: Settings, topic: str, partitions: int = 1) -> str:
+    """Create a test connector's topic (the broker and the worker create none by
+    themselves); one that exists already is fine."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    from infra.clients import kafka_admin
+
+    admin = kafka_admin(settings)  # held until the answer: a dropped client cancels it
+    future = admin.create_topics([NewTopic(topic, partitions, 1)])[topic]
+    try:
+        future.result(30)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+    return topic
+
+
 def write_connector(folder: Path, document: dict[str, Any]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{document['name']}.json"

@@ -43,8 +43,9 @@ SOME_PROJECT_DIR = "/srv/lakehouse"
 # Template keys compose cannot share: its own data folder, and the quorum, which the image
 # formats from a static voters list instead of the embedded nodes' dynamic one.
 KAFKA_OWN_KEYS = {"log.dirs", "controller.quorum.bootstrap.servers"}
-# The worker's plugin folder is a container path; basic auth is the embedded worker's own.
-CONNECT_OWN_KEYS = {"plugin.path"}
+# The worker's plugin folder is a container path; basic auth is the embedded worker's own;
+# the drop folder is the profile's (checked against the compose profile below).
+CONNECT_OWN_KEYS = {"plugin.path", "lakehouse.connect.file.dirs"}
 CONNECT_MAIN_KEYS = {"bootstrap.servers": "BOOTSTRAP_SERVERS", "group.id": "GROUP_ID",
                      "config.storage.topic": "CONFIG_STORAGE_TOPIC",
                      "offset.storage.topic": "OFFSET_STORAGE_TOPIC",
@@ -291,6 +292,14 @@ def test_connect_reads_the_state_folder_at_the_drivers_path(
     assert (relative, state, True) in found, f"kafka-connect mounts {found}; expected " \
         f"{relative} at {state}, read-only"
     assert not [m for m in found if m[0] == ".."], "kafka-connect mounts the project (.env)"
+    # the connector guard lets connectors use the compose profile's drop folder, and is on
+    # the image's class path
+    file_dirs = environment(compose["services"]["kafka-connect"])[
+        "CONNECT_LAKEHOUSE_CONNECT_FILE_DIRS"]
+    assert interpolate(file_dirs, {PROJECT_VARIABLE: SOME_PROJECT_DIR}) == \
+        str(settings.connect_file_path)
+    guard = "../.state/tools/jvm/connect/lakehouse-connect-guard.jar"
+    assert (guard, "/opt/kafka/libs/lakehouse-connect-guard.jar", True) in found, found
 
 
 def test_minio_serves_the_configured_endpoint_and_bucket(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from connectors.connect_client import ConnectClient
+from connectors.connect_client import ConnectClient, ConnectError
 from connectors.connect_config import CONNECTORS_DIR, load_connector_file
 from infra.stack import Stack
 from settings import Settings
@@ -45,21 +45,30 @@ def _worker_environment(stack: Stack) -> dict[str, str]:
     return {name: value for name, _, value in pairs}
 
 
-def test_validate_does_not_resolve_s3_keys(stack: Stack, settings: Settings) -> None:
-    """`config/validate` echoes resolved values: a reference to a variable no connector file
-    names must come back unresolved, never as the secret."""
+def _probe(settings: Settings, **fields: str) -> dict[str, str]:
+    """A FileStream source config on a file of the drop folder, `fields` set over it."""
+    return {"connector.class": FILE_SOURCE, "name": "probe", "topic": "probe",
+            "file": str(settings.connect_file_path / "probe.csv"), "tasks.max": "1", **fields}
+
+
+def test_validate_never_returns_a_resolved_variable(stack: Stack, settings: Settings) -> None:
+    """`config/validate` answers each field with its resolved value; the worker's guard
+    sends a reference back as sent. Every variable of the worker's environment (the CDC
+    password the env provider may read included) and the project's other secrets: the
+    field comes back as the reference, the value nowhere in the answer."""
+    variables = {**_worker_environment(stack), **_secrets(settings)}
+    assert CDC_PASSWORD in variables
     with ConnectClient.of(settings) as client:
-        for variable, secret in _secrets(settings).items():
+        for variable, value in sorted(variables.items()):
             reference = f"${{env:{variable}}}"
-            answer = client.validate(FILE_SOURCE, {
-                "connector.class": FILE_SOURCE, "name": "probe", "topic": "probe",
-                "file": reference, "tasks.max": "1"})
-            assert secret not in json.dumps(answer), (
-                f"validate returned the value of {variable} in {_fields_with(answer, secret)}")
+            answer = client.validate(FILE_SOURCE, _probe(settings, topic=reference))
             echoed = [c["value"]["value"] for c in answer["configs"]
-                      if c["value"]["name"] == "file"]
-            assert echoed in ([reference], [None], []), (
-                f"`file` = {reference} came back as {echoed}, expected it unresolved")
+                      if c["value"]["name"] == "topic"]
+            assert echoed == [reference], f"topic = {reference} came back as another value"
+            if len(value) >= 8:  # a short value (LANG=C) is a word of the docs, not a secret
+                assert value not in json.dumps(answer), (
+                    f"validate returned the value of {variable} in "
+                    f"{_fields_with(answer, value)}")
 
 
 def test_file_provider_cannot_read_arbitrary_files(stack: Stack, settings: Settings) -> None:
@@ -67,9 +76,8 @@ def test_file_provider_cannot_read_arbitrary_files(stack: Stack, settings: Setti
     project's .env with every secret."""
     env_file = settings.project_dir / ".env"
     with ConnectClient.of(settings) as client:
-        answer = client.validate(FILE_SOURCE, {
-            "connector.class": FILE_SOURCE, "name": "probe", "topic": "probe",
-            "file": f"${{file:{env_file}:LAKEHOUSE_S3__SECRET_KEY}}", "tasks.max": "1"})
+        answer = client.validate(FILE_SOURCE, _probe(
+            settings, topic=f"${{file:{env_file}:LAKEHOUSE_S3__SECRET_KEY}}"))
     for variable, secret in _secrets(settings).items():
         assert secret not in json.dumps(answer), (
             f"validate read {variable} from {env_file} into {_fields_with(answer, secret)}")
@@ -120,3 +128,37 @@ def test_the_credentials_file_is_the_owners_only(stack: Stack) -> None:
     worker = next(c for c in stack.components if c.name == "kafka-connect")
     for path in (worker.credentials_file, worker.jaas_file):
         assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
+
+
+def _outside_paths(settings: Settings) -> dict[str, Path]:
+    """Paths out of the drop folder, each a way out: absolute, `..`, a link."""
+    drops = settings.connect_file_path
+    drops.mkdir(parents=True, exist_ok=True)
+    link = drops / "shadow-link.csv"
+    link.unlink(missing_ok=True)
+    link.symlink_to("/etc/shadow")
+    return {"shadow": Path("/etc/shadow"), "env": settings.project_dir / ".env",
+            "dotdot": drops / ".." / ".." / ".env", "symlink": link}
+
+
+@pytest.mark.parametrize("way", ["shadow", "env", "dotdot", "symlink"])
+def test_a_connector_may_use_files_only_in_the_drop_folder(stack: Stack, settings: Settings,
+                                                           way: str) -> None:
+    """A FileStream source on /etc/shadow, on the project's .env, through `..` out of the
+    drop folder or through a link in it that points out: refused at create and at
+    validate with 400 naming the field, and no connector stored. (The trips connector, on
+    a file of the folder, runs in every ingest test.)"""
+    path = _outside_paths(settings)[way]
+    name = f"test-guard-{way}"
+    config = {**_probe(settings), "name": name, "file": str(path)}
+    with ConnectClient.of(settings) as client:
+        for call in (lambda: client.put_config(name, config),
+                     lambda: client.validate(FILE_SOURCE, config)):
+            with pytest.raises(ConnectError) as refused:
+                call()
+            assert refused.value.status == 400, refused.value
+            assert f"file: {path}" in refused.value.message
+            assert "is outside the allowed folders" in refused.value.message
+        assert name not in client.connector_names()
+        allowed = client.validate(FILE_SOURCE, _probe(settings))
+        assert allowed["error_count"] == 0, allowed

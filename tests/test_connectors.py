@@ -12,12 +12,14 @@ from typing import Any
 import pytest
 
 from connectors.connect_client import ConnectClient
+from infra.clients import kafka_admin
 from infra.stack import Stack
-from settings import Settings
-from tests.conftest import run_cli
+from settings import Settings, load_settings
+from tests.conftest import TEST_PROFILE, run_cli
 from tests.connect_support import (
     cli_with_input,
     delete_connector,
+    make_topic,
     read_topic,
     repo_connector,
     unique,
@@ -25,6 +27,7 @@ from tests.connect_support import (
 )
 
 pytestmark = pytest.mark.stack
+DROPS = load_settings(TEST_PROFILE).connect_file_path / "tests"
 
 
 @pytest.fixture
@@ -33,19 +36,23 @@ def client(settings: Settings) -> Iterator[ConnectClient]:
         yield connect
 
 
-def _trips_document(tmp_path: Path, name: str) -> dict[str, Any]:
-    """The repository's FileStream file, on a file and topic of this test's own."""
+def _trips_document(name: str) -> dict[str, Any]:
+    """The repository's FileStream file, on a file and topic of this test's own (the file in
+    the folder the worker lets connectors read)."""
     document = repo_connector("trips-file-source.json")
     document["name"] = name
-    document["config"]["file"] = str(tmp_path / "drops" / f"{name}.csv")
+    document["config"]["file"] = str(DROPS / f"{name}.csv")
     document["config"]["topic"] = f"test.{name}"
     return document
 
 
 @pytest.fixture
-def trips(tmp_path: Path, client: ConnectClient) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """A folder holding one FileStream connector file; the connector is deleted after."""
-    document = _trips_document(tmp_path, unique("test-trips-"))
+def trips(tmp_path: Path, settings: Settings,
+          client: ConnectClient) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """A folder holding one FileStream connector file, its topic made; the connector is
+    deleted after."""
+    document = _trips_document(unique("test-trips-"))
+    make_topic(settings, document["config"]["topic"])
     folder = tmp_path / "connectors"
     write_connector(folder, document)
     yield folder, document
@@ -129,7 +136,7 @@ def test_an_invalid_config_fails_validate_naming_the_field(
     cdc["name"] = unique("test-badcdc-")
     cdc["config"]["plugin.name"] = "wal2json-nope"
     cdc_file = write_connector(folder, cdc)
-    trips = _trips_document(tmp_path, unique("test-badtrips-"))
+    trips = _trips_document(unique("test-badtrips-"))
     trips["config"]["tasks.max"] = "two"
     trips_file = write_connector(folder, trips)
 
@@ -146,21 +153,47 @@ def test_an_invalid_config_fails_validate_naming_the_field(
     assert cdc["name"] not in names and trips["name"] not in names
 
 
+def test_a_connector_writing_a_topic_that_does_not_exist_is_not_applied(
+    stack: Stack, settings: Settings, tmp_path: Path, client: ConnectClient
+) -> None:
+    """Neither the broker nor the worker creates topics: `apply` refuses a connector whose
+    topic no file declares and the broker lacks, naming the file and the topic, and creates
+    nothing; once the topic exists the same file applies."""
+    folder = tmp_path / "connectors"
+    document = _trips_document(unique("test-notopic-"))
+    path = write_connector(folder, document)
+    topic = document["config"]["topic"]
+    try:
+        refused = _connectors(folder, "apply", "--no-wait")
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert f"not applied {document['name']}: {path} writes topic {topic}, which no " \
+            "file" in refused.stdout, refused.stdout
+        assert document["name"] not in client.connector_names()
+        assert topic not in kafka_admin(settings).list_topics(timeout=20).topics
+
+        make_topic(settings, topic)
+        applied = _connectors(folder, "apply", "--no-wait")
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+        assert document["name"] in client.connector_names()
+    finally:
+        delete_connector(client, document["name"])
+
+
 def test_bad_files_are_rejected_before_anything_is_sent(
     stack: Stack, tmp_path: Path, client: ConnectClient
 ) -> None:
     folder = tmp_path / "connectors"
-    good = _trips_document(tmp_path, unique("test-good-"))
+    good = _trips_document(unique("test-good-"))
     write_connector(folder, good)
     (folder / "broken.json").write_text('{"name": "x", "config": {')
-    no_class = _trips_document(tmp_path, unique("test-noclass-"))
+    no_class = _trips_document(unique("test-noclass-"))
     del no_class["config"]["connector.class"]
     no_class_file = write_connector(folder, no_class)
     literal = repo_connector("rentals-cdc.json")
     literal["name"] = unique("test-literal-")
     literal["config"]["database.password"] = "hunter2"
     literal_file = write_connector(folder, literal)
-    unknown = _trips_document(tmp_path, unique("test-unknown-"))
+    unknown = _trips_document(unique("test-unknown-"))
     unknown["config"]["topic"] = "${lakehouse:kafka.no_such_setting}"
     unknown_file = write_connector(folder, unknown)
     (folder / "nameless.json").write_text(json.dumps({"config": good["config"]}))
@@ -191,13 +224,14 @@ def _eventually(condition: Callable[[], bool], timeout: float = 60) -> bool:
 
 
 def test_prune_removes_a_connector_not_in_the_repository(
-    stack: Stack, tmp_path: Path, client: ConnectClient
+    stack: Stack, settings: Settings, tmp_path: Path, client: ConnectClient
 ) -> None:
     prefix = unique("test-prune-")
-    kept = _trips_document(tmp_path, f"{prefix}-kept")
+    kept = _trips_document(f"{prefix}-kept")
+    make_topic(settings, kept["config"]["topic"])
     folder = tmp_path / "connectors"
     write_connector(folder, kept)
-    extra = _trips_document(tmp_path, f"{prefix}-extra")
+    extra = _trips_document(f"{prefix}-extra")
     try:
         assert _connectors(folder, "apply", "--no-wait").returncode == 0
         client.put_config(extra["name"], extra["config"])  # made by hand, not in the repo
@@ -228,7 +262,7 @@ def test_filestream_delivers_every_line_of_a_dropped_file_exactly_once_across_pa
     folder, document = trips
     name, topic = document["name"], document["config"]["topic"]
     drop = Path(document["config"]["file"])
-    drop.parent.mkdir(parents=True)
+    drop.parent.mkdir(parents=True, exist_ok=True)
     applied = _connectors(folder, "apply", "--no-wait")  # the task waits for the file
     assert applied.returncode == 0, applied.stdout + applied.stderr
 

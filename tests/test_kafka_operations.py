@@ -314,9 +314,10 @@ def test_groups_shows_a_connect_source_connectors_offsets(
     settings: Settings, new_topic: Callable[..., tuple[str, str]], tmp_path: Path
 ) -> None:
     _short, topic = new_topic(1)
-    source = tmp_path / "lines.txt"
-    source.write_text("one\ntwo\nthree\n")
     name = f"kops-file-{RUN}"
+    source = settings.connect_file_path / "tests" / f"{name}.txt"  # where connectors may read
+    source.parent.mkdir(parents=True, exist_ok=True)
+    source.write_text("one\ntwo\nthree\n")
     with ConnectClient.of(settings) as client:
         client.put_config(name, {
             "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",

@@ -210,10 +210,11 @@ def test_filestream_connector_moves_file_lines_into_a_topic(
     import requests
 
     lines = [f"trip-{i},station-{i % 5},2026-11-0{1 + i % 9}" for i in range(25)]
-    source = tmp_path / "trips.csv"
+    name = f"test-filestream-{uuid.uuid4().hex[:6]}"
+    source = settings.connect_file_path / "tests" / f"{name}.csv"  # where the worker lets
+    source.parent.mkdir(parents=True, exist_ok=True)  # connectors read
     source.write_text("\n".join(lines) + "\n")
     topic = _create_topic(settings, partitions=1)
-    name = f"test-filestream-{uuid.uuid4().hex[:6]}"
     url = f"{settings.connect.url}/connectors/{name}"
     config = {
         "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",

@@ -7,13 +7,15 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import ConfigResource
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import ConfigResource, NewTopic
 
 from connectors.topic_definitions import TOPICS_DIR
-from infra.clients import kafka_admin
+from infra.clients import kafka_admin, kafka_config
 from infra.stack import Stack
 from settings import Settings
 from tests.conftest import run_cli
+from tests.connect_support import cli_with_input
 
 
 def _topic_file(name: str, partitions: int, retention_ms: int) -> str:
@@ -102,3 +104,35 @@ def test_apply_creates_converges_and_refuses_what_kafka_cannot_do(
     assert refused.returncode == 3, refused.stderr
     assert f"! {topic}: REFUSED" in refused.stderr
     assert _live(settings, topic) == (2, "7200000")
+
+
+def test_the_broker_creates_no_topic_and_diff_names_one_made_outside_the_files(
+    stack: Stack, settings: Settings
+) -> None:
+    """A record to a topic no file declares is refused by the broker (not given a new
+    topic) and by `lakehouse kafka produce`; a topic made outside the files, under the
+    profile's prefix, is named by `topics diff` (and left alone: apply never deletes)."""
+    stray = f"{settings.kafka.topic_prefix}stray_{uuid.uuid4().hex[:8]}"
+    errors: list[KafkaError] = []
+    producer = Producer({**kafka_config(settings), "topic.metadata.propagation.max.ms": 1000,
+                         "message.timeout.ms": 20000})
+    producer.produce(stray, value=b"{}", on_delivery=lambda error, _msg: errors.append(error))
+    assert producer.flush(30) == 0
+    assert [e.code() for e in errors] in ([KafkaError.UNKNOWN_TOPIC_OR_PART],
+                                          [KafkaError._UNKNOWN_TOPIC]), errors
+    admin = kafka_admin(settings)
+    assert stray not in admin.list_topics(timeout=20).topics
+
+    console = cli_with_input("kafka", "produce", stray, stdin="{}\n")
+    assert console.returncode != 0, console.stderr
+    assert f"topic {stray} does not exist" in console.stderr
+    assert stray not in admin.list_topics(timeout=20).topics
+
+    admin.create_topics([NewTopic(stray, 1, 1)])[stray].result(20)
+    try:
+        diff = run_cli("topics", "diff")
+        assert diff.returncode == 0, diff.stdout + diff.stderr
+        assert f"? {stray}: on the broker, declared by no file" in diff.stdout
+        assert "undeclared on the broker" in diff.stderr
+    finally:
+        admin.delete_topics([stray])[stray].result(20)

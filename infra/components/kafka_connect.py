@@ -8,6 +8,7 @@ from string import Template
 
 from connectors.connect_config import (
     CONNECTORS_DIR,
+    connector_classes,
     provider_references,
     worker_provider_properties,
 )
@@ -22,6 +23,10 @@ PLUGINS_MODULE = "connect-plugins"  # its plugin.path: one folder per plugin
 # What the JVM and its tools read from the environment; with the variables the connector
 # files reference, the whole environment of the worker.
 BASIC_AUTH = "org.apache.kafka.connect.rest.basic.auth.extension"
+# The project's REST extension (infra/jvm/connect/src): connector files only in
+# connect.file_dir, no resolved secret in a validate answer.
+GUARD = "lakehouse.connect.ConnectorGuardExtension"
+GUARD_JAR = "lakehouse-connect-guard.jar"
 SYSTEM_VARIABLES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE",
                               "TZ", "TMPDIR"})
 
@@ -42,6 +47,7 @@ class KafkaConnect(Component):
         plugins = self.layout.jvm_module(PLUGINS_MODULE)
         return [jvm.java(), jvm.module_jar(self.layout, MODULE, "connect-runtime"),
                 jvm.module_jar(self.layout, MODULE, "connect-file"),
+                self.layout.jvm_module(MODULE) / GUARD_JAR,
                 plugins / "debezium-connector-postgres"]
 
     @property
@@ -56,9 +62,19 @@ class KafkaConnect(Component):
     def credentials_file(self) -> Path:
         return self.layout.run / "connect-credentials.properties"
 
+    def _rest_extensions(self) -> str:
+        """The worker properties of its REST extensions: the connector guard, with the
+        folder connectors may use and the connector classes of the repository's files,
+        and basic auth when a password is set."""
+        basic = self._write_rest_credentials()
+        return "\n".join([
+            f"rest.extension.classes={','.join(filter(None, [basic, GUARD]))}",
+            f"lakehouse.connect.file.dirs={self.settings.connect_file_path}",
+            f"lakehouse.connect.connector.classes={','.join(connector_classes())}"])
+
     def _write_rest_credentials(self) -> str:
         """The basic-auth extension's JAAS section and credentials file (owner-only), or
-        nothing when no password is set; the worker properties line that enables it."""
+        nothing when no password is set; the extension's class."""
         auth = self.settings.connect.auth()
         self.jaas_file.unlink(missing_ok=True)
         self.credentials_file.unlink(missing_ok=True)
@@ -72,7 +88,7 @@ class KafkaConnect(Component):
         self.jaas_file.write_text(
             "KafkaConnect {\n  " + BASIC_AUTH + ".PropertyFileLoginModule required\n"
             f'  file="{self.credentials_file}";\n}};\n')
-        return f"rest.extension.classes={BASIC_AUTH}.BasicAuthSecurityRestExtension"
+        return f"{BASIC_AUTH}.BasicAuthSecurityRestExtension"
 
     def prepare(self) -> None:
         host, port = self.settings.connect.host_port()
@@ -85,7 +101,7 @@ class KafkaConnect(Component):
             rest_port=port,
             topic_prefix=self.settings.connect.internal_topic_prefix,
             plugin_path=self.layout.jvm_module(PLUGINS_MODULE),
-            rest_extension=self._write_rest_credentials(),
+            rest_extension=self._rest_extensions(),
             config_providers="\n".join(f"{key}={value}" for key, value
                                         in worker_provider_properties(CONNECTORS_DIR).items()),
         ))
