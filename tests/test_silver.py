@@ -468,7 +468,8 @@ def test_cdc_event_of_another_source_table_is_quarantined(spark: SparkSession,
 
 def test_invalid_utf8_is_quarantined_not_replaced(spark: SparkSession, lake: Settings) -> None:
     """A Latin-1 byte inside a JSON string is not read as U+FFFD into silver: the record
-    goes to quarantine (stage parse, reason invalid utf-8) with its bytes unchanged."""
+    goes to quarantine (stage parse) with its bytes unchanged, the reason naming the field
+    and the byte offset."""
     table = "silver_station_status"
     bronze = Bronze(spark, lake, table, "bikes.station_status")
     latin1 = json.dumps(_status("s1", system_id="s\u00e9ville"),
@@ -481,13 +482,17 @@ def test_invalid_utf8_is_quarantined_not_replaced(spark: SparkSession, lake: Set
         ("s2", "s\u00e9ville")]
     quarantine = _rows(lake, "quarantine_station_status")
     assert [(r["raw_key"], r["stage"]) for r in quarantine] == [(b"bad", "parse")]
-    assert quarantine[0]["reason"].startswith("invalid utf-8")
+    offset = latin1.index("\u00e9".encode("latin-1"))
+    assert quarantine[0]["reason"] == (
+        f"system_id: invalid utf-8 (first bad byte at offset {offset} of the record value; "
+        "quarantined with its raw bytes)")
     assert quarantine[0]["raw_value"] == latin1
 
 
 def test_json_types_are_checked_not_coerced(spark: SparkSession, lake: Settings) -> None:
     """A JSON number where a string belongs, a string where a number belongs, a fraction for
-    an integer: quarantine (stage schema) naming the field and both types. 7.0 is the
+    an integer: quarantine (stage schema) naming the field and both types, and every other
+    failing field of the record (a required one missing). 7.0 is the
     integer 7, an integer fits a double (the lat of a station), null stays null."""
     table = "silver_station_status"
     bronze = Bronze(spark, lake, table, "bikes.station_status")
@@ -502,6 +507,7 @@ def test_json_types_are_checked_not_coerced(spark: SparkSession, lake: Settings)
         ("whole", _status("s9", bikes=7.0)),
         ("nulls", _status("s10", num_bikes_disabled=None, is_installed=None)),
         ("micros-epoch", _status("s11", last_updated=1_700_000_000_000_000)),
+        ("two-problems", {k: v for k, v in _status(124).items() if k != "system_id"}),
     ])
     run_silver(spark, lake, [table], report=lambda _: None)
 
@@ -523,6 +529,9 @@ def test_json_types_are_checked_not_coerced(spark: SparkSession, lake: Settings)
         # would overflow and fail the whole batch, again on every retry)
         "micros-epoch": ("schema", "last_updated: 1700000000000000 does not fit "
                                    "epoch_seconds"),
+        # every failing field named, not only the first stage's
+        "two-problems": ("schema", "station_id: expected string, got integer; "
+                                   "system_id: required but missing or null"),
     }
 
     info = Bronze(spark, lake, "silver_station_information", "bikes.station_information")

@@ -77,20 +77,37 @@ def _message_columns(spec: PipelineSpec) -> list[str]:
     return [*RAW, "_image", "_parse_error", "_tombstone", *envelope]
 
 
-def _strict_utf8(columns: list[str], max_record_bytes: int) -> Step:
+def _strict_utf8(columns: list[str], spec: PipelineSpec) -> Step:
     """A value over the spec's `max_record_bytes`, or whose bytes are not UTF-8, is a parse
-    error. Spark decodes leniently (a bad byte becomes U+FFFD), so without this check the
-    record would be stored with a silently altered string; quarantine keeps the original
-    bytes. An oversized record's image is dropped, so it is never parsed field by field."""
+    error. Spark keeps a string's bytes as they are (a bad byte would be stored, or read as
+    U+FFFD), so without this check the record would be stored with a silently altered
+    string; quarantine keeps the original bytes. The reason names the fields whose values
+    hold the bad bytes, and the byte offset of the first one in the record value. An
+    oversized record's image is dropped, so it is never parsed field by field."""
+    max_record_bytes = spec.max_record_bytes
     value = F.col("_b_value")
     size = F.octet_length(value)
     too_big = F.coalesce(size > max_record_bytes, F.lit(False))
-    bad = value.isNotNull() & ~F.is_valid_utf8(value.cast("string"))
+    text = value.cast("string")
+    bad = value.isNotNull() & ~F.is_valid_utf8(text)
+    replaced_text = F.make_valid_utf8(text)  # each bad sequence -> U+FFFD
+    first_bad = F.octet_length(F.left(replaced_text, F.instr(replaced_text, "\ufffd") - 1))
+    image = F.try_parse_json(F.make_valid_utf8(F.col("_image")))
+    holding = F.filter(F.array(*[
+        F.when(F.contains(F.try_variant_get(image, _path(name), "string"), F.lit("\ufffd")),
+               F.lit(name)) for name in spec.fields]), lambda name: name.isNotNull())
+    where = F.concat(F.lit("first bad byte at offset "), first_bad.cast("string"),
+                     F.lit(" of the record value; quarantined with its raw bytes"))
+    invalid = (F.when(F.size(holding) > 0,
+                      F.concat(F.array_join(holding, ", "), F.lit(": invalid utf-8 ("), where,
+                               F.lit(")")))
+               .otherwise(F.concat(F.lit("value: invalid utf-8 outside the declared fields ("),
+                                   where, F.lit(")"))))
     replaced = {
         "_parse_error": F.when(too_big, F.concat(
             F.lit("value: "), size.cast("string"),
             F.lit(f" bytes, more than the table's maximum of {max_record_bytes}")))
-        .when(bad, F.lit("invalid utf-8 in the record value (quarantined with its raw bytes)"))
+        .when(bad, invalid)
         .otherwise(F.col("_parse_error")),
         "_image": F.when(~too_big, F.col("_image"))}
     return [replaced[name].alias(name) if name in replaced else name for name in columns]
@@ -211,4 +228,4 @@ def _parse_steps(spec: PipelineSpec, table: TableDefinition) -> list[Step]:
     final: Step = [*RAW, "_tombstone", stage.alias("_stage"), reason.alias("_reason"),
                    *[casts[name].alias(name) for name in kinds]]
     return [raw, *_message_steps(spec),
-            _strict_utf8(messages, spec.max_record_bytes), staged, with_fields, final]
+            _strict_utf8(messages, spec), staged, with_fields, final]

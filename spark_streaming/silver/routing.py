@@ -9,6 +9,7 @@ constraints) as stage schema, so one bad row can never fail a whole commit.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
@@ -49,6 +50,21 @@ def _safety_net(table: TableDefinition) -> Column:
     return F.concat_ws("; ", *problems)
 
 
+def _schema_reason(spec: PipelineSpec, table: TableDefinition) -> Column:
+    """The reason of a row of stage schema, naming every failing field: the stage's own
+    problems (wrong types, values that do not fit, unknown fields), then each required
+    message field that is missing or null. A field the stage already named (its value had
+    the wrong type, so its column is null too) is not named twice; columns derived from
+    fields are left out (they are null because a field failed)."""
+    named = F.col("_reason")
+    missing = [F.when(F.col(c.name).isNull()
+                      & ~named.rlike(f"(^|; )(column )?{re.escape(c.name)}:"),
+                      F.lit(f"{c.name}: required but missing or null"))
+               for c in table.columns
+               if not c.nullable and c.name in spec.fields and c.name not in spec.columns]
+    return F.concat_ws("; ", named, *missing)
+
+
 def route(parsed: DataFrame, spec: PipelineSpec, table: TableDefinition,
           rules: list[RowRule]) -> Routed:
     flags = [(_checkable() & ~F.expr(rule.passes)).alias(f"_r{i}")
@@ -74,7 +90,8 @@ def route(parsed: DataFrame, spec: PipelineSpec, table: TableDefinition,
              .when(F.col("_tombstone"), F.lit(None))
              .when(F.size("_failed_rules") > 0, F.lit("expectations"))
              .when(net != "", F.lit("schema")))
-    reason = (F.when(F.col("_stage").isNotNull(), F.col("_reason"))
+    reason = (F.when(F.col("_stage") == "schema", _schema_reason(spec, table))
+              .when(F.col("_stage").isNotNull(), F.col("_reason"))
               .when(F.size("_failed_rules") > 0,
                     F.concat(F.lit("broke rules: "), F.array_join("_failed_rules", ", ")))
               .otherwise(net))
