@@ -131,15 +131,32 @@ def diff(ctx: click.Context, topics_dir: Path) -> None:
         sys.exit(EXIT_DRIFT)
 
 
+def _store_logins(ctx: click.Context) -> None:
+    """The client roles' SCRAM logins (kafka.auth sasl), stored as the operator."""
+    from infra.kafka_logins import store_scram_logins
+
+    settings = settings_of(ctx)
+    try:
+        users = store_scram_logins(settings)
+    except KafkaException as exc:
+        console.print(f"[red]error:[/red] cannot store the Kafka roles' SCRAM logins on "
+                      f"{settings.kafka.bootstrap_servers}: {escape(str(exc))}")
+        sys.exit(1)
+    if users:
+        say(f"SCRAM logins stored for {', '.join(users)}")
+
+
 @topics.command()
 @topics_option
 @click.pass_context
 def apply(ctx: click.Context, topics_dir: Path) -> None:
-    """Create missing topics, add partitions, set configs; a second run changes nothing."""
+    """Store the client roles' Kafka logins (kafka.auth sasl), create missing topics, add
+    partitions, set configs; a second run changes nothing."""
     from connectors.topic_manager import apply_plan
     from infra.clients import kafka_admin
 
     specs = _checked_specs(ctx, topics_dir)
+    _store_logins(ctx)
     changes, _undeclared = _plan(ctx, specs)
     outcome = apply_plan(kafka_admin(settings_of(ctx)), changes)
     for change in outcome.applied:

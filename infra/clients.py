@@ -10,6 +10,7 @@ import requests
 from confluent_kafka.admin import AdminClient
 
 from settings import Settings
+from settings.model import KafkaRole
 
 _QUIET = logging.getLogger("lakehouse.probe")
 _QUIET.setLevel(logging.CRITICAL)
@@ -46,13 +47,16 @@ _CLIENT_LOG = logging.getLogger("librdkafka")
 _CLIENT_LOG.setLevel(logging.ERROR)
 
 
-def kafka_config(settings: Settings) -> dict[str, Any]:
-    return {"bootstrap.servers": settings.kafka_bootstrap, "logger": _CLIENT_LOG}
+def kafka_config(settings: Settings, role: KafkaRole = "operator") -> dict[str, Any]:
+    """confluent-kafka settings of a client that logs in as `role` (kafka.auth)."""
+    return {"bootstrap.servers": settings.kafka_bootstrap, "logger": _CLIENT_LOG,
+            **settings.kafka.client_auth(role)}
 
 
 def kafka_admin(settings: Settings, quiet: bool = False,
                 servers: str | None = None) -> AdminClient:
-    """Admin client for the configured brokers, or only `servers` (one broker's health)."""
+    """The operator's admin client for the configured brokers, or only `servers` (one
+    broker's health)."""
     config = kafka_config(settings)
     if servers is not None:
         config["bootstrap.servers"] = servers

@@ -22,12 +22,69 @@ def _host_port(address: str, default_port: int) -> tuple[str, int]:
     return parts.hostname, parts.port or default_port
 
 
+# Who a Kafka client logs in as: the operator's commands (topics, kafka, status, tests'
+# admin calls), the scrapers' producers, the Connect worker, Spark's bronze queries; the
+# embedded brokers themselves (between brokers and controllers) as `broker`.
+KafkaRole = Literal["operator", "scrapers", "connect", "spark"]
+KAFKA_ROLES: tuple[KafkaRole, ...] = ("operator", "scrapers", "connect", "spark")
+# The principals the brokers know from their own JAAS file (SASL/PLAIN): the brokers and
+# the operator, who creates the others' SCRAM credentials (stored in the cluster metadata,
+# so they cannot exist before someone has logged in).
+KAFKA_PLAIN_USERS = ("broker", "operator")
+
+
 class KafkaSettings(_Section):
     bootstrap_servers: str
     topic_prefix: str = ""
     dlq_topic_suffix: str = ".dlq"
     replication_factor: int = Field(default=1, ge=1)
     min_insync_replicas: int = Field(default=1, ge=1)
+    # Authentication: "sasl" - every client logs in over SASL_PLAINTEXT (loopback) as its
+    # role's user, named as the role: the scrapers, Connect and Spark with SCRAM-SHA-512,
+    # the operator and the brokers with PLAIN; passwords from LAKEHOUSE_KAFKA__<ROLE>_PASSWORD
+    # (.env). "none": a cluster without authentication (PLAINTEXT).
+    auth: Literal["none", "sasl"] = "none"
+    broker_password: SecretStr | None = None
+    operator_password: SecretStr | None = None
+    scrapers_password: SecretStr | None = None
+    connect_password: SecretStr | None = None
+    spark_password: SecretStr | None = None
+
+    def login(self, role: KafkaRole | Literal["broker"]) -> tuple[str, str]:
+        """(user, password) of a role; ValueError naming the variable when it is unset."""
+        password = getattr(self, f"{role}_password")
+        if password is None or not password.get_secret_value():
+            raise ValueError(
+                f"kafka.auth is sasl and the Kafka password of {role!r} is not set: define "
+                f"LAKEHOUSE_KAFKA__{role.upper()}_PASSWORD in the environment or in .env "
+                "(`make setup` writes one)")
+        if any(c in password.get_secret_value() for c in '"\\'):
+            raise ValueError(f"LAKEHOUSE_KAFKA__{role.upper()}_PASSWORD holds a quote or a "
+                             "backslash, which a JAAS line cannot carry: choose another")
+        return role, password.get_secret_value()
+
+    def mechanism(self, role: KafkaRole | Literal["broker"]) -> str:
+        return "PLAIN" if role in KAFKA_PLAIN_USERS else "SCRAM-SHA-512"
+
+    def client_auth(self, role: KafkaRole) -> dict[str, str]:
+        """librdkafka's (confluent-kafka) settings that log `role` in; none without auth."""
+        if self.auth == "none":
+            return {}
+        user, password = self.login(role)
+        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": self.mechanism(role),
+                "sasl.username": user, "sasl.password": password}
+
+    def java_client_auth(self, role: KafkaRole | Literal["broker"]) -> dict[str, str]:
+        """The same for a Java client (Kafka Connect, Spark's `kafka.` options)."""
+        if self.auth == "none":
+            return {}
+        user, password = self.login(role)
+        module = ("org.apache.kafka.common.security.plain.PlainLoginModule"
+                  if self.mechanism(role) == "PLAIN"
+                  else "org.apache.kafka.common.security.scram.ScramLoginModule")
+        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": self.mechanism(role),
+                "sasl.jaas.config": f'{module} required username="{user}" '
+                                    f'password="{password}";'}
 
     @field_validator("bootstrap_servers")
     @classmethod

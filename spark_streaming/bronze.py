@@ -156,6 +156,9 @@ def source_options(spark: SparkSession, settings: Settings, query: BronzeQuery,
         "kafka.max.poll.records": "20000",
         "kafka.max.partition.fetch.bytes": str(16 * 2**20),
         "kafka.fetch.max.bytes": str(64 * 2**20),
+        # logs in as the spark role (kafka.auth); Spark redacts sasl.jaas.config in logs
+        **{f"kafka.{key}": value
+           for key, value in settings.kafka.java_client_auth("spark").items()},
     }
     if not _has_progress(spark, query.checkpoint):
         options["startingOffsets"] = starting_offsets(spark, settings, query)

@@ -75,9 +75,10 @@ def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    """The `cluster` profile, whose embedded components render the server files."""
-    return profile("cluster", tmp_path_factory)
+def cluster(tmp_path_factory: pytest.TempPathFactory, settings: Settings) -> Settings:
+    """The `cluster` profile, whose embedded components render the server files, with the
+    compose profile's Kafka authentication (compose's brokers run without SASL so far)."""
+    return profile("cluster", tmp_path_factory, LAKEHOUSE_KAFKA__AUTH=settings.kafka.auth)
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ store is reachable only through the authenticated S3 API: MinIO has no second po
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import pytest
 import requests
 from botocore.exceptions import ClientError
 
-from infra.clients import connect_get, postgres_connect, s3_client
+from infra.clients import connect_get, kafka_config, postgres_connect, s3_client
 from infra.components.base import Component
 from infra.components.kafka import Kafka
 from infra.components.kafka_connect import KafkaConnect
@@ -30,14 +31,8 @@ pytestmark = pytest.mark.stack
 
 LOOPBACK = ("127.0.0.1", "::1")  # MinIO binds its port on every loopback address
 
-# Ports that answer without credentials on purpose, and why that is acceptable.
-ACCEPTED_ANONYMOUS = {
-    (Kafka, "broker"): "Kafka's PLAINTEXT client listener on loopback: the embedded profile "
-                       "has no SASL; any local process may produce and consume, as with a "
-                       "developer's own broker (external clusters bring their own security)",
-    (Kafka, "controller"): "the KRaft controller listener, PLAINTEXT on loopback: brokers of "
-                           "the embedded quorum talk to it without credentials",
-}
+# Ports that answer without credentials on purpose, and why that is acceptable (none).
+ACCEPTED_ANONYMOUS: dict[tuple[type[Component], str], str] = {}
 
 
 @dataclass(frozen=True)
@@ -142,7 +137,25 @@ def _postgres_refuses_anonymous(listener: Listener, settings: Settings) -> None:
     postgres_connect(settings).close()
 
 
+def _kafka_refuses_anonymous(listener: Listener, settings: Settings) -> None:
+    """A client without a SASL login sees no topic on the listener (the client and the
+    controller listener alike); the operator's login does (on the client listener)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    quiet = logging.getLogger("tests.stack_security.kafka")
+    quiet.setLevel(logging.CRITICAL)
+    address = f"{listener.ip}:{listener.port}"
+    with pytest.raises(KafkaException):
+        AdminClient({"bootstrap.servers": address, "logger": quiet}).list_topics(timeout=5)
+    if listener.label == "broker":
+        login = {**kafka_config(settings), "bootstrap.servers": address, "logger": quiet}
+        assert AdminClient(login).list_topics(timeout=15).brokers
+
+
 PROBES: dict[tuple[type[Component], str], Callable[[Listener, Settings], None]] = {
+    (Kafka, "broker"): _kafka_refuses_anonymous,
+    (Kafka, "controller"): _kafka_refuses_anonymous,
     (Minio, "s3"): _s3_refuses_anonymous,
     (KafkaConnect, "REST"): _connect_refuses_anonymous,
     (Postgres, "postgres"): _postgres_refuses_anonymous,
@@ -188,6 +201,7 @@ def test_every_listening_port_refuses_anonymous_access(stack: Stack,
     assert any("minio s3" in p for p in probed), probed
     assert any("kafka-connect REST" in p for p in probed), probed
     assert any("postgres" in p for p in probed), probed
+    assert any("kafka broker" in p for p in probed), probed
     print("refused anonymous access:", *probed, "accepted exceptions:", *excepted, sep="\n  ")
 
 

@@ -33,7 +33,7 @@ class SnapshotProducer:
                  extra_config: dict[str, object] | None = None) -> None:
         self.timeout = settings.scraper.delivery_timeout_seconds
         config = {
-            **kafka_config(settings),
+            **kafka_config(settings, "scrapers"),
             **durability.librdkafka(),
             "linger.ms": 20,
             "delivery.timeout.ms": int(self.timeout * 1000),

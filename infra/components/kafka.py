@@ -14,7 +14,7 @@ from infra.components import jvm
 from infra.components.base import Component, Port, StackError
 from infra.layout import StateLayout
 from settings import Settings
-from settings.model import KAFKA_NODE_PORT_STRIDE, KafkaNode
+from settings.model import KAFKA_NODE_PORT_STRIDE, KAFKA_PLAIN_USERS, KafkaNode
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 MODULE = "kafka"  # the Maven module of infra/jvm whose class path runs the broker
@@ -60,6 +60,26 @@ def check_formatted_for(settings: Settings, layout: StateLayout) -> None:
         f"{len(wanted)}: run `lakehouse down` and remove {folders} (its topics are lost), "
         f"or use --brokers {count} (embedded.kafka_brokers)",
     )
+
+
+def broker_auth(settings: Settings) -> dict[str, str]:
+    """The template's listener protocol and SASL lines for kafka.auth."""
+    if settings.kafka.auth == "none":
+        return {"protocol": "PLAINTEXT", "sasl": ""}
+    plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
+    broker, broker_password = settings.kafka.login("broker")
+    users = " ".join(f'user_{user}="{password}"' for user, password in
+                     (settings.kafka.login(name) for name in KAFKA_PLAIN_USERS))
+    own = f'{plain} required username="{broker}" password="{broker_password}"'
+    return {"protocol": "SASL_PLAINTEXT", "sasl": "\n".join([
+        "sasl.mechanism.inter.broker.protocol=PLAIN",
+        "sasl.mechanism.controller.protocol=PLAIN",
+        "listener.name.controller.sasl.enabled.mechanisms=PLAIN",
+        f"listener.name.controller.plain.sasl.jaas.config={own} {users};",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512",
+        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={own} {users};",
+        f"listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config={scram} required;"])}
 
 
 class Kafka(Component):
@@ -126,13 +146,15 @@ class Kafka(Component):
         replicas = min(3, len(nodes))  # a cluster's usual 3; fewer if there are fewer brokers
         node = self.node
         self.config_file.parent.mkdir(parents=True, exist_ok=True)
+        self.config_file.touch(mode=0o600)  # holds the brokers' and operator's passwords
+        self.config_file.chmod(0o600)
         self.config_file.write_text(Template(
             (TEMPLATES / "kafka-server.properties").read_text()).substitute(
             node_id=node.node_id, host=node.host, port=node.port,
             controller_host=node.controller_host, controller_port=node.controller_port,
             controller_servers=",".join(n.controller_address for n in nodes),
             replication_factor=replicas, min_isr=2 if replicas >= 3 else 1,
-            log_dir=self.data_dir,
+            log_dir=self.data_dir, **broker_auth(self.settings),
         ))
 
     def prepare(self) -> None:
@@ -191,6 +213,23 @@ class Kafka(Component):
         admin = kafka_admin(self.settings, quiet=True, servers=self.node.address)
         metadata = admin.list_topics(timeout=2)
         return self.node_id in metadata.brokers
+
+    def after_healthy(self) -> None:
+        """The first node stores the SCRAM logins of the client roles (kafka.auth), before
+        Connect or any scraper tries to log in."""
+        if self.node_id != 1:
+            return
+        from confluent_kafka import KafkaException
+
+        from infra.kafka_logins import store_scram_logins
+
+        try:
+            users = store_scram_logins(self.settings)
+        except (KafkaException, ValueError) as exc:
+            raise StackError(self.name, f"storing the SCRAM logins of the Kafka roles failed: "
+                             f"{exc}", self.process.log_file) from exc
+        if users:
+            self.notes.append(f"SCRAM logins stored for {', '.join(users)}")
 
     def version(self) -> str:
         """The version of the jars the embedded broker runs from. Kafka's protocol does not

@@ -62,6 +62,14 @@ class KafkaConnect(Component):
     def credentials_file(self) -> Path:
         return self.layout.run / "connect-credentials.properties"
 
+    def _kafka_login(self) -> str:
+        """Worker properties that log its clients in as the connect role (nothing without
+        kafka.auth): the worker's own and, prefixed, its connectors' clients."""
+        login = self.settings.kafka.java_client_auth("connect")
+        return "\n".join(f"{prefix}{key}={value}" for prefix in ("", "producer.", "consumer.",
+                                                                  "admin.")
+                          for key, value in login.items())
+
     def _rest_extensions(self) -> str:
         """The worker properties of its REST extensions: the connector guard, with the
         folder connectors may use and the connector classes of the repository's files,
@@ -94,6 +102,8 @@ class KafkaConnect(Component):
         host, port = self.settings.connect.host_port()
         template = Template((TEMPLATES / "connect-worker.properties").read_text())
         self.worker_file.parent.mkdir(parents=True, exist_ok=True)
+        self.worker_file.touch(mode=0o600)  # holds the worker's Kafka password
+        self.worker_file.chmod(0o600)
         self.worker_file.write_text(template.substitute(
             bootstrap_servers=self.settings.kafka_bootstrap,
             group_id=self.settings.connect.group_id,
@@ -102,6 +112,7 @@ class KafkaConnect(Component):
             topic_prefix=self.settings.connect.internal_topic_prefix,
             plugin_path=self.layout.jvm_module(PLUGINS_MODULE),
             rest_extension=self._rest_extensions(),
+            kafka_login=self._kafka_login(),
             config_providers="\n".join(f"{key}={value}" for key, value
                                         in worker_provider_properties(CONNECTORS_DIR).items()),
         ))
