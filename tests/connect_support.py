@@ -58,6 +58,19 @@ def make_topic(settings: Settings, topic: str, partitions: int = 1) -> str:
     return topic
 
 
+def make_connector_topics(settings: Settings, path: Path) -> list[str]:
+    """Create every topic a test's connector file writes (its `topic`, Debezium's table
+    and heartbeat topics), as an operator does before applying a connector that writes
+    topics no file in connectors/topics/ declares."""
+    from connectors.connect_config import load_connector_file
+    from connectors.topic_producers import connector_topics
+
+    topics = list(connector_topics(load_connector_file(path, settings)))
+    for topic in topics:
+        make_topic(settings, topic)
+    return topics
+
+
 def write_connector(folder: Path, document: dict[str, Any]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{document['name']}.json"

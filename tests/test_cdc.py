@@ -30,6 +30,7 @@ from tests.conftest import run_cli
 from tests.connect_support import (
     Record,
     delete_connector,
+    make_connector_topics,
     read_topic,
     repo_connector,
     unique,
@@ -101,7 +102,7 @@ def cdc(stack: Stack, settings: Settings, tmp_path_factory: pytest.TempPathFacto
     with postgres_connect(settings) as conn:
         ensure_publication(conn, slot, capture.tables)
     folder = tmp_path_factory.mktemp("cdc")
-    write_connector(folder, document)
+    make_connector_topics(settings, write_connector(folder, document))
     applied = run_cli("connectors", "--dir", str(folder), "apply")
     assert applied.returncode == 0, applied.stdout + applied.stderr
     try:
@@ -258,7 +259,7 @@ def test_status_shows_the_trace_of_a_failed_task(
         "slot.name": cdc.slot, "publication.name": cdc.slot, "snapshot.mode": "no_data",
         "topic.prefix": f"test.{document['name']}", "slot.max.retries": "1",
         "slot.retry.delay.ms": "500", "errors.max.retries": "0"})
-    write_connector(tmp_path, document)
+    make_connector_topics(settings, write_connector(tmp_path, document))
     name = document["name"]
     with ConnectClient.of(settings) as client:
         try:

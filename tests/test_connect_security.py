@@ -162,3 +162,22 @@ def test_a_connector_may_use_files_only_in_the_drop_folder(stack: Stack, setting
         assert name not in client.connector_names()
         allowed = client.validate(FILE_SOURCE, _probe(settings))
         assert allowed["error_count"] == 0, allowed
+
+
+def test_only_the_repositorys_connector_classes_may_be_created(stack: Stack,
+                                                               settings: Settings) -> None:
+    """The FileStream sink is on the worker's class path (its jar holds the source too) but
+    no connector file runs it: create and validate are refused naming the class, so no
+    connector can write the worker's files."""
+    sink = "org.apache.kafka.connect.file.FileStreamSinkConnector"
+    config = {"connector.class": sink, "name": "test-guard-sink", "topics": "probe",
+              "file": str(settings.connect_file_path / "out.txt"), "tasks.max": "1"}
+    with ConnectClient.of(settings) as client:
+        for call in (lambda: client.put_config("test-guard-sink", config),
+                     lambda: client.validate("FileStreamSink", config)):
+            with pytest.raises(ConnectError) as refused:
+                call()
+            assert refused.value.status == 400, refused.value
+            assert "is not among the connector plugins this worker runs" in \
+                refused.value.message, refused.value.message
+        assert "test-guard-sink" not in client.connector_names()

@@ -69,8 +69,9 @@ def test_a_wrong_password_is_refused_naming_the_reason(stack: Stack, settings: S
     config = {**kafka_config(settings, role), "logger": _QUIET}  # type: ignore[arg-type]
     config["sasl.password"] += "-wrong"
     errors = _refused(config, settings)
-    reasons = " ".join(str(e) for e in errors)
-    assert "Authentication failed" in reasons and "invalid credentials" in reasons, reasons
+    failed = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+    assert failed and "SASL authentication error: Authentication failed" in failed[0].str(), \
+        errors
 
 
 @pytest.mark.parametrize("role", KAFKA_ROLES)
