@@ -35,21 +35,21 @@ def _refused(config: dict[str, Any], settings: Settings) -> list[KafkaError]:
     topic = settings.kafka.topic(TOPIC)
     admin = AdminClient(config)
     with pytest.raises(KafkaException):
-        admin.list_topics(timeout=5)  # describe
+        admin.list_topics(timeout=3)  # describe
     created = admin.create_topics([NewTopic(f"auth-probe-{uuid.uuid4().hex[:6]}", 1, 1)],
-                                  request_timeout=5)
+                                  request_timeout=3)
     for future in created.values():
         with pytest.raises(KafkaException):
-            future.result(10)
+            future.result(6)
     delivered: list[KafkaError | None] = []
-    producer = Producer({**config, "message.timeout.ms": 5000})
+    producer = Producer({**config, "message.timeout.ms": 3000})
     producer.produce(topic, value=b"{}", on_delivery=lambda error, _m: delivered.append(error))
     producer.flush(15)
     assert delivered and delivered[0] is not None, "a record was accepted without a login"
     consumer = Consumer({**config, "group.id": f"auth-probe-{uuid.uuid4().hex[:6]}",
                          "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 3
     while time.monotonic() < deadline:
         message = consumer.poll(0.5)
         assert message is None or message.error() is not None, "a record was read"
@@ -63,7 +63,7 @@ def test_a_client_without_a_login_gets_nothing(stack: Stack, settings: Settings)
     assert errors, "the client was told nothing"
 
 
-@pytest.mark.parametrize("role", KAFKA_ROLES)
+@pytest.mark.parametrize("role", ["operator", "spark"])  # one of each mechanism
 def test_a_wrong_password_is_refused_naming_the_reason(stack: Stack, settings: Settings,
                                                        role: str) -> None:
     config = {**kafka_config(settings, role), "logger": _QUIET}  # type: ignore[arg-type]
