@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,12 +68,18 @@ def is_provider_reference(value: str) -> bool:
     return bool(_PROVIDER_REFERENCE.match(value))
 
 
+# Settings that name a folder, resolved to absolute paths (a relative one depends on where
+# the worker was started).
+_FOLDERS: dict[str, Callable[[Settings], Path]] = {
+    "state_dir": lambda settings: settings.state_path,
+    "connect.file_dir": lambda settings: settings.connect_file_path,
+}
+
+
 def setting_value(settings: Settings, key: str) -> str:
     """The string value of a dotted setting; ValueError saying why it cannot be used."""
-    if key == "state_dir":
-        return str(settings.state_path)
-    if key == "connect.file_dir":  # a folder of the state, given absolute
-        return str(settings.connect_file_path)
+    if key in _FOLDERS:  # a folder, given absolute
+        return str(_FOLDERS[key](settings))
     node: object = settings
     for part in key.split("."):
         if not isinstance(node, BaseModel) or part not in type(node).model_fields:

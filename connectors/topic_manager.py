@@ -21,6 +21,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
+from connectors.kafka_inspect import is_internal_name
 from connectors.topic_definitions import TOPICS_DIR, TopicFileError, TopicSpec, topic_specs
 from infra.clients import kafka_admin
 from settings import Settings
@@ -86,8 +87,6 @@ def undeclared_topics(settings: Settings, admin: AdminClient,
     """Topics on the broker under the profile's prefix (all, without one) that no file
     declares, Kafka's and Connect's own left out: made outside the files, for example by
     a client of another tool. `apply` leaves them alone (it never deletes a topic)."""
-    from connectors.kafka_inspect import is_internal_name
-
     declared = {spec.name for spec in specs}
     prefix = settings.kafka.topic_prefix
     return sorted(name for name in admin.list_topics(timeout=_TIMEOUT).topics
