@@ -27,6 +27,7 @@ from deltalake import write_deltalake
 
 from benchmarks.kafka_batches import RecordColumns, watermarks
 from benchmarks.machine import machine_info
+from connectors.kafka_acls import READ, allow_topics
 from infra.clients import kafka_admin, kafka_config
 from lakehouse.storage import storage_options, table_uri
 from settings import Settings, load_settings
@@ -76,6 +77,7 @@ def produce(settings: Settings, topic: str, report: Any) -> float:
     admin = kafka_admin(settings)
     replicas = settings.kafka.replication_factor  # a cluster's brokers refuse fewer (min ISR)
     admin.create_topics([NewTopic(topic, PARTITIONS, replicas)])[topic].result(timeout=30)
+    allow_topics(settings, "spark", [topic], READ)  # a bench topic: no file grants it
     messages = ((f"station-{i % 500}".encode(), _event(i), None) for i in range(EVENTS))
     return produce_all(settings, topic, messages, report)
 

@@ -18,6 +18,7 @@ from rich.markup import escape
 from cli.context import settings_of
 from cli.exit_codes import BAD_INPUT, FAILED, REFUSED
 from cli.terminal import console, say
+from connectors.kafka_acls import AclPlan
 from connectors.topic_definitions import TOPICS_DIR, TopicSpec, load_topic_files, topic_specs
 from settings import Settings
 
@@ -61,9 +62,15 @@ def _problems(settings: Settings, folder: Path, specs: list[TopicSpec]) -> list[
 
 
 def _checked_specs(ctx: click.Context, folder: Path) -> list[TopicSpec]:
+    from connectors.kafka_acls import AclFileError, desired_grants
+
     settings = settings_of(ctx)
     specs = topic_specs(settings, folder)
     problems = _problems(settings, folder, specs)
+    try:
+        desired_grants(settings)
+    except AclFileError as exc:
+        problems += exc.problems
     if problems:
         for problem in problems:
             console.print(f"[red]error:[/red] {escape(problem)}")
@@ -85,20 +92,24 @@ def topics() -> None:
 @topics_option
 @click.pass_context
 def validate(ctx: click.Context, topics_dir: Path) -> None:
-    """Check the files and that every topic a scraper or connector writes is declared."""
+    """Check the files (and the ACL file) and that every topic a scraper or connector
+    writes is declared."""
     specs = _checked_specs(ctx, topics_dir)
     say(f"{len(specs)} topics declared in {topics_dir}, every produced topic among them")
 
 
-def _plan(ctx: click.Context, specs: list[TopicSpec]) -> tuple[list, list[str]]:
-    """The changes apply would make, and the broker's topics no file declares."""
+def _plan(ctx: click.Context, specs: list[TopicSpec]) -> tuple[list, list[str], AclPlan]:
+    """The changes apply would make, the broker's topics no file declares, and the ACLs
+    missing from or beyond connectors/kafka_acls.yaml."""
+    from connectors import kafka_acls
     from connectors.topic_manager import plan, undeclared_topics
     from infra.clients import kafka_admin
 
     settings = settings_of(ctx)
     try:
         admin = kafka_admin(settings)
-        return plan(admin, specs), undeclared_topics(settings, admin, specs)
+        return (plan(admin, specs), undeclared_topics(settings, admin, specs),
+                kafka_acls.plan(settings, admin))
     except KafkaException as exc:
         console.print(f"[red]error:[/red] cannot read the topics of "
                       f"{settings.kafka.bootstrap_servers}: {escape(str(exc))} "
@@ -111,23 +122,31 @@ def _plan(ctx: click.Context, specs: list[TopicSpec]) -> tuple[list, list[str]]:
 @click.pass_context
 def diff(ctx: click.Context, topics_dir: Path) -> None:
     """Show what apply would change (read only): `+` it would, `!` Kafka cannot, `?` a
-    topic on the broker that no file declares (apply leaves it alone)."""
+    topic on the broker that no file declares or an ACL beyond connectors/kafka_acls.yaml
+    (apply leaves both alone)."""
     from connectors.topic_manager import REFUSED
 
     specs = _checked_specs(ctx, topics_dir)
-    changes, undeclared = _plan(ctx, specs)
+    changes, undeclared, acls = _plan(ctx, specs)
     for change in changes:
         marker = "!" if change.kind == REFUSED else "+"
         click.echo(f"{marker} {change.spec.name}: {change.kind}: {change.detail}")
     for name in undeclared:
         click.echo(f"? {name}: on the broker, declared by no file in {topics_dir} "
                    "(made outside the files; add a file or delete the topic)")
+    for grant in acls.missing:
+        click.echo(f"+ acl: {grant.describe()}")
+    for grant in acls.extra:
+        click.echo(f"? acl: {grant.describe()}: on the brokers, not in kafka_acls.yaml "
+                   "(remove it with Kafka's kafka-acls.sh if it is not meant)")
     drifted = {c.spec.name for c in changes}
     say(f"{len(specs) - len(drifted)} in sync, {len(drifted)} drifted"
-        + (f", {len(undeclared)} undeclared on the broker" if undeclared else ""))
+        + (f", {len(undeclared)} undeclared on the broker" if undeclared else "")
+        + (f", {len(acls.missing)} ACLs missing" if acls.missing else "")
+        + (f", {len(acls.extra)} ACLs beyond the file" if acls.extra else ""))
     if any(c.kind == REFUSED for c in changes):
         sys.exit(EXIT_REFUSED)
-    if changes:
+    if changes or acls.missing:
         sys.exit(EXIT_DRIFT)
 
 
@@ -151,14 +170,24 @@ def _store_logins(ctx: click.Context) -> None:
 @click.pass_context
 def apply(ctx: click.Context, topics_dir: Path) -> None:
     """Store the client roles' Kafka logins (kafka.auth sasl), create missing topics, add
-    partitions, set configs; a second run changes nothing."""
+    partitions, set configs, add the ACLs of connectors/kafka_acls.yaml; a second run
+    changes nothing."""
+    from connectors import kafka_acls
     from connectors.topic_manager import apply_plan
     from infra.clients import kafka_admin
 
     specs = _checked_specs(ctx, topics_dir)
     _store_logins(ctx)
-    changes, _undeclared = _plan(ctx, specs)
+    changes, _undeclared, acls = _plan(ctx, specs)
     outcome = apply_plan(kafka_admin(settings_of(ctx)), changes)
+    try:
+        kafka_acls.add_grants(settings_of(ctx), acls.missing)
+    except KafkaException as exc:
+        console.print(f"[red]error:[/red] adding the ACLs of {kafka_acls.ACLS_FILE} failed: "
+                      f"{escape(str(exc))}")
+        sys.exit(1)
+    for grant in acls.missing:
+        say(f"acl added: {grant.describe()}")
     for change in outcome.applied:
         say(f"{change.spec.name}: {change.kind}: {change.detail}")
     for change in outcome.refused:
@@ -168,7 +197,8 @@ def apply(ctx: click.Context, topics_dir: Path) -> None:
                       f"failed: {escape(str(exc))}")
     failed, refused = len(outcome.failed), len(outcome.refused)
     say(f"{len(outcome.applied)} change(s) applied, {refused} refused, {failed} failed"
-        if changes else f"{len(specs)} topics in sync, nothing to do")
+        if changes else f"{len(specs)} topics in sync"
+        + (f", {len(acls.missing)} ACLs added" if acls.missing else ", nothing to do"))
     if failed:
         sys.exit(1)
     if refused:

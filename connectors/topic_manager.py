@@ -21,6 +21,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
+from connectors import kafka_acls
 from connectors.kafka_inspect import is_internal_name
 from connectors.topic_definitions import TOPICS_DIR, TopicFileError, TopicSpec, topic_specs
 from infra.clients import kafka_admin
@@ -173,7 +174,10 @@ def ensure_connector_topics(settings: Settings, names: list[str], writer: str,
                 f"{writer} writes topic {name}, which no file in {folder} declares and "
                 "the broker does not have (the broker creates no topic by itself): add "
                 "a topic file and run `lakehouse topics apply`" for name in missing])
-    return _converge(admin, [specs[name] for name in names if name in specs])
+    created = _converge(admin, [specs[name] for name in names if name in specs])
+    # the worker may write what the operator applies (kafka.auth; idempotent)
+    kafka_acls.allow_topics(settings, "connect", names, kafka_acls.WRITE)
+    return created
 
 
 def _converge(admin: AdminClient, specs: list[TopicSpec]) -> list[str]:

@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from connectors.connect_client import ConnectClient
 from connectors.connect_config import CONNECTORS_DIR
+from connectors.kafka_acls import WRITE, allow_topics
 from infra.clients import kafka_config
 from settings import Settings
 
@@ -42,7 +43,7 @@ def repo_connector(file_name: str) -> dict[str, Any]:
 
 def make_topic(settings: Settings, topic: str, partitions: int = 1) -> str:
     """Create a test connector's topic (the broker and the worker create none by
-    themselves); one that exists already is fine."""
+    themselves) and let the worker write it (kafka.auth); one that exists already is fine."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
@@ -55,6 +56,7 @@ def make_topic(settings: Settings, topic: str, partitions: int = 1) -> str:
     except KafkaException as exc:
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise
+    allow_topics(settings, "connect", [topic], WRITE)
     return topic
 
 

@@ -25,6 +25,7 @@ from confluent_kafka.admin import NewTopic
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from connectors.kafka_acls import READ, allow_topics
 from infra.clients import kafka_admin, kafka_config
 from infra.stack import Stack
 from lakehouse.storage import storage_options
@@ -59,6 +60,7 @@ def _topic_with_records(settings: Settings, count: int, partitions: int = 3) -> 
     topic = f"br.{uuid.uuid4().hex[:10]}"
     admin = kafka_admin(settings)
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=20)
+    allow_topics(settings, "spark", [topic], READ)  # no file declares it: no ACL either
     return topic, _produce(settings, topic, 0, count)
 
 
@@ -255,6 +257,7 @@ def test_records_of_aborted_transactions_never_reach_bronze(
     topic = f"br.{uuid.uuid4().hex[:10]}"
     admin = kafka_admin(settings)  # held: a collected client cancels its futures
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=20)
+    allow_topics(settings, "spark", [topic], READ)
     produce_transactions(settings, topic, ["commit", "abort", "commit"], 50)
     assert run_available_now(spark, settings, [topic], lambda _m: None) == {
         bronze_table_name(topic): 100}

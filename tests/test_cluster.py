@@ -27,6 +27,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
 from benchmarks.kafka_batches import watermarks
+from connectors.kafka_acls import READ, allow_topics
 from infra.clients import kafka_admin, kafka_config
 from infra.components.spark_cluster import master_state
 from infra.ports import wait_until
@@ -240,6 +241,7 @@ def test_killing_a_worker_and_a_broker_mid_stream_keeps_bronze_exactly_once(
     admin = kafka_admin(settings)
     admin.create_topics([NewTopic(topic, 3, 3, config={"min.insync.replicas": "2"})])[
         topic].result(30)
+    allow_topics(settings, "spark", [topic], READ)  # no file declares it: no ACL either
     table = bronze_table_name(topic)
     count = 12_000
     values = [b'{"n": %d}' % i for i in range(count)]

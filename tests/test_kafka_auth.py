@@ -1,6 +1,8 @@
-"""Kafka authentication (kafka.auth sasl, on by default) against the test stack's broker:
-a client without a login, or with a wrong password, gets nothing (produce, consume,
-describe, create), and is told why; every role logs in with the password of `.env`."""
+"""Kafka authentication and authorization (kafka.auth sasl, on by default) against the test
+stack's broker: a client without a login, or with a wrong password, gets nothing (produce,
+consume, describe, create), and is told why; every role logs in with the password of
+`.env`, and may do only what connectors/kafka_acls.yaml allows it; `topics diff` and
+`apply` keep the brokers' ACLs to the file."""
 
 from __future__ import annotations
 
@@ -11,12 +13,22 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from infra.clients import kafka_config
 from infra.stack import Stack
 from settings import Settings
 from settings.model import KAFKA_ROLES
+from tests.conftest import run_cli
 
 pytestmark = pytest.mark.stack
 _QUIET = logging.getLogger("tests.kafka_auth")
@@ -80,3 +92,102 @@ def test_each_role_logs_in_with_its_password(stack: Stack, settings: Settings,
     """The PLAIN operator and the SCRAM roles `lakehouse up` stored."""
     admin = AdminClient({**kafka_config(settings, role), "logger": _QUIET})  # type: ignore[arg-type]
     assert admin.list_topics(timeout=15).brokers, f"{role} sees no broker"
+
+
+def _produce(config: dict[str, Any], topic: str) -> KafkaError | None:
+    """Send one record; the delivery error, None when the broker took it."""
+    delivered: list[KafkaError | None] = []
+    producer = Producer({**config, "logger": _QUIET, "message.timeout.ms": 5000})
+    producer.produce(topic, key=b"auth-probe", value=b'{"probe": true}',
+                     on_delivery=lambda error, _m: delivered.append(error))
+    producer.flush(15)
+    assert delivered, "no delivery report"
+    return delivered[0]
+
+
+def _read_one(config: dict[str, Any], topic: str, group: str) -> Any:
+    """The first record of `topic` (or the error the broker answered) within 20 s."""
+    consumer = Consumer({**config, "logger": _QUIET, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None:
+                return message.error() or message
+        return None
+    finally:
+        consumer.close()
+
+
+def test_each_role_may_do_only_what_its_acls_allow(stack: Stack, settings: Settings) -> None:
+    """The scrapers write their feed's topic and nothing else; Spark reads it and writes
+    nothing; Connect writes only its connectors' topics; no role creates a topic."""
+    topic = settings.kafka.topic("weather")
+    cdc_topic = settings.kafka.topic("rentals_db.public.rentals")
+    assert _produce(kafka_config(settings, "scrapers"), topic) is None
+    for role, target in [("spark", topic), ("connect", topic), ("scrapers", cdc_topic)]:
+        error = _produce(kafka_config(settings, role), target)  # type: ignore[arg-type]
+        assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, \
+            f"{role} wrote {target}: {error}"
+
+    read = _read_one(kafka_config(settings, "spark"), topic, "spark-kafka-source-auth-test")
+    assert read is not None and not isinstance(read, KafkaError), read
+    refused = _read_one(kafka_config(settings, "scrapers"), topic, "auth-probe")
+    assert isinstance(refused, KafkaError) and refused.code() in (
+        KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED), refused
+    # Spark's own group prefix only: any other group is refused to it
+    other = _read_one(kafka_config(settings, "spark"), topic, "auth-probe")
+    assert isinstance(other, KafkaError) and \
+        other.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, other
+
+    for role in ("scrapers", "connect", "spark"):
+        admin = AdminClient({**kafka_config(settings, role), "logger": _QUIET})  # type: ignore[arg-type]
+        name = f"auth-probe-{uuid.uuid4().hex[:6]}"
+        with pytest.raises(KafkaException) as raised:
+            admin.create_topics([NewTopic(name, 1, 1)], request_timeout=10)[name].result(15)
+        assert raised.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, role
+    # a role sees only the topics it may describe
+    scrapers = AdminClient({**kafka_config(settings, "scrapers"), "logger": _QUIET})
+    visible = set(scrapers.list_topics(timeout=15).topics)
+    assert topic in visible and cdc_topic not in visible, sorted(visible)
+
+
+def _acl(role: str, topic: str, operation: AclOperation) -> AclBinding:
+    return AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL,
+                      f"User:{role}", "*", operation, AclPermissionType.ALLOW)
+
+
+def _filter(acl: AclBinding) -> AclBindingFilter:
+    return AclBindingFilter(acl.restype, acl.name, acl.resource_pattern_type, acl.principal,
+                            acl.host, acl.operation, acl.permission_type)
+
+
+def test_diff_names_missing_and_extra_acls_and_apply_restores_the_file(
+        stack: Stack, settings: Settings) -> None:
+    topic = settings.kafka.topic("weather")
+    admin = AdminClient(kafka_config(settings))
+    read = _acl("spark", topic, AclOperation.READ)
+    extra = _acl("spark", topic, AclOperation.WRITE)
+    for future in admin.delete_acls([_filter(read)], request_timeout=10).values():
+        future.result(15)
+    admin.create_acls([extra], request_timeout=10)[extra].result(15)
+    try:
+        diff = run_cli("topics", "diff")
+        assert diff.returncode == 1, diff.stdout + diff.stderr
+        assert f"+ acl: User:spark Read on topic {topic}" in diff.stdout
+        assert f"? acl: User:spark Write on topic {topic}: on the brokers, not in " \
+               "kafka_acls.yaml" in diff.stdout
+        error = _produce(kafka_config(settings, "spark"), topic)
+        assert error is None, "the extra grant lets Spark write (what diff warns about)"
+        applied = run_cli("topics", "apply")
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+        assert f"acl added: User:spark Read on topic {topic}" in applied.stderr
+        again = run_cli("topics", "diff")
+        assert again.returncode == 0 and "+ acl" not in again.stdout, again.stdout
+        assert "? acl: User:spark Write" in again.stdout  # apply removes nothing
+    finally:
+        for future in admin.delete_acls([_filter(extra)], request_timeout=10).values():
+            future.result(15)
+        admin.create_acls([read], request_timeout=10)[read].result(15)

@@ -21,6 +21,7 @@ from confluent_kafka.admin import NewTopic
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from connectors.kafka_acls import READ, allow_topics
 from infra.clients import kafka_admin, kafka_config, s3_client
 from infra.stack import Stack
 from lakehouse.catalog import registered_tables
@@ -462,6 +463,7 @@ def _topic_with_records(settings: Settings, count: int) -> str:
     topic = f"tb.{uuid.uuid4().hex[:10]}"
     admin = kafka_admin(settings)  # kept alive until the topic exists
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=20)
+    allow_topics(settings, "spark", [topic], READ)  # no file declares it: no ACL either
     producer = Producer(kafka_config(settings))
     for i in range(count):
         producer.produce(topic, key=b"station-1", value=f'{{"n": {i}}}'.encode())

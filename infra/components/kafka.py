@@ -78,6 +78,11 @@ def broker_auth(settings: Settings) -> dict[str, str]:
         "listener.name.controller.sasl.enabled.mechanisms=PLAIN",
         f"listener.name.controller.plain.sasl.jaas.config={own} {users};",
         "listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512",
+        # Authorization: a logged-in role may do only what connectors/kafka_acls.yaml
+        # allows it (nothing without an ACL); the brokers and the operator are exempt.
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found=false",
+        "super.users=" + ";".join(f"User:{name}" for name in KAFKA_PLAIN_USERS),
         f"listener.name.sasl_plaintext.plain.sasl.jaas.config={own} {users};",
         f"listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config={scram} required;"])}
 
@@ -215,21 +220,25 @@ class Kafka(Component):
         return self.node_id in metadata.brokers
 
     def after_healthy(self) -> None:
-        """The first node stores the SCRAM logins of the client roles (kafka.auth), before
-        Connect or any scraper tries to log in."""
+        """The first node stores the SCRAM logins of the client roles and their ACLs
+        (kafka.auth), before Connect or any scraper tries to log in."""
         if self.node_id != 1:
             return
         from confluent_kafka import KafkaException
 
+        from connectors import kafka_acls
         from infra.kafka_logins import store_scram_logins
 
         try:
             users = store_scram_logins(self.settings)
-        except (KafkaException, ValueError) as exc:
-            raise StackError(self.name, f"storing the SCRAM logins of the Kafka roles failed: "
+            grants = kafka_acls.apply(self.settings)
+        except (KafkaException, ValueError, kafka_acls.AclFileError) as exc:
+            raise StackError(self.name, f"storing the Kafka roles' logins and ACLs failed: "
                              f"{exc}", self.process.log_file) from exc
         if users:
             self.notes.append(f"SCRAM logins stored for {', '.join(users)}")
+        if grants:
+            self.notes.append(f"{len(grants)} ACLs added from {kafka_acls.ACLS_FILE.name}")
 
     def version(self) -> str:
         """The version of the jars the embedded broker runs from. Kafka's protocol does not
