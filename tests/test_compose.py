@@ -68,17 +68,21 @@ def profile(name: str, tmp_path_factory: pytest.TempPathFactory,
     )
 
 
+# The Kafka passwords both sides get: compose from .env, the rendered files from settings.
+KAFKA_PASSWORDS = {f"LAKEHOUSE_KAFKA__{role.upper()}_PASSWORD": f"{role}-secret"
+                   for role in ("broker", "operator", "scrapers", "connect", "spark")}
+
+
 @pytest.fixture(scope="module")
 def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     """The `compose` profile: what the CLI uses against this compose file."""
-    return profile("compose", tmp_path_factory)
+    return profile("compose", tmp_path_factory, **KAFKA_PASSWORDS)
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, settings: Settings) -> Settings:
-    """The `cluster` profile, whose embedded components render the server files, with the
-    compose profile's Kafka authentication (compose's brokers run without SASL so far)."""
-    return profile("cluster", tmp_path_factory, LAKEHOUSE_KAFKA__AUTH=settings.kafka.auth)
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """The `cluster` profile, whose embedded components render the server files."""
+    return profile("cluster", tmp_path_factory, **KAFKA_PASSWORDS)
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +99,14 @@ def environment(service: dict[str, Any]) -> dict[str, str]:
     return {key: "" if value is None else str(value) for key, value in env.items()}
 
 
+def with_passwords(env: dict[str, str]) -> dict[str, str]:
+    """The Kafka logins' values as compose gives them to the container (.env's passwords
+    interpolated; other variables left as written)."""
+    def value(text: str) -> str:
+        return VARIABLE.sub(lambda m: KAFKA_PASSWORDS.get(m["braced"] or "", m[0]), text)
+    return {key: value(text) for key, text in env.items()}
+
+
 def properties(path: Path) -> dict[str, str]:
     """A Java properties file as written by the templates (key=value, # comments)."""
     result = {}
@@ -106,8 +118,9 @@ def properties(path: Path) -> dict[str, str]:
 
 
 def env_name(prefix: str, key: str) -> str:
-    """A property as the image's environment names it: a.b -> PREFIX_A_B."""
-    return prefix + key.upper().replace(".", "_")
+    """A property as the image's environment names it: a.b -> PREFIX_A_B, a_b -> A__B,
+    a-b -> A___B."""
+    return prefix + key.replace("_", "__").replace("-", "___").replace(".", "_").upper()
 
 
 def tokens(command: str | list[str] | None) -> list[str]:
@@ -205,7 +218,7 @@ def test_three_kafka_nodes_as_the_embedded_cluster(compose: dict[str, Any], clus
         rendered = properties(component.config_file)
         assert rendered["controller.quorum.bootstrap.servers"] == ",".join(
             n.controller_address for n in nodes)
-        env = environment(services[name])
+        env = with_passwords(environment(services[name]))
         expected = {env_name("KAFKA_", key): value for key, value in rendered.items()
                     if key not in KAFKA_OWN_KEYS}
         expected["KAFKA_CONTROLLER_QUORUM_VOTERS"] = voters
@@ -258,7 +271,7 @@ def test_connect_worker_as_the_embedded_worker(compose: dict[str, Any], cluster:
     rendered = properties(component.worker_file)
     assert rendered["bootstrap.servers"] == ",".join(n.address for n in cluster.kafka_nodes())
     service = compose["services"]["kafka-connect"]
-    env = environment(service)
+    env = with_passwords(environment(service))
     expected = {CONNECT_MAIN_KEYS.get(key) or env_name("CONNECT_", key): value
                 for key, value in rendered.items() if key not in CONNECT_OWN_KEYS}
     for key, value in worker_provider_properties(CONNECTORS_DIR).items():
