@@ -37,6 +37,7 @@ from confluent_kafka.admin import NewTopic
 
 from benchmarks.machine import machine_info
 from benchmarks.station_status import PROFILE, running_stack
+from connectors.kafka_acls import WRITE, allow_topics
 from connectors.scrapers.messages import DEFAULT_KEYS
 from connectors.scrapers.scheduler import Scraper
 from connectors.scrapers.source_config import FeedTarget, ProducerSettings, Source, SourceSpec
@@ -120,6 +121,7 @@ def run(report: Any = print) -> dict[str, Any]:
         for future in admin.create_topics(
                 [NewTopic(n, 3, settings.kafka.replication_factor) for n in names]).values():
             future.result(timeout=30)
+        allow_topics(settings, "scrapers", names, WRITE)  # bench topics: no file grants them
         try:
             result = _measure(settings, topics, report)
         finally:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from connectors.kafka_acls import WRITE, allow_topics
 from connectors.scrapers.fetcher import Fetcher
 from connectors.scrapers.producer import SnapshotProducer
 from connectors.scrapers.runner import RunReport, SourceRunner
@@ -60,8 +61,13 @@ class Scraper:
         return sorted(source_topics(sources, self.settings.kafka.dlq_topic_suffix))
 
     def ensure_topics(self) -> list[str]:
-        """Create or converge this scraper's topics as their topic files declare them."""
-        return ensure_declared_topics(self.settings, self.topics())
+        """Create or converge this scraper's topics as their topic files declare them, and
+        let the scrapers' login write them (kafka.auth: the names under this profile's
+        prefix, which the ACLs `lakehouse up` added for another prefix do not cover)."""
+        topics = self.topics()
+        created = ensure_declared_topics(self.settings, topics)
+        allow_topics(self.settings, "scrapers", topics, WRITE)
+        return created
 
     def _run(self, entry: SourceProgress) -> RunReport:
         report = entry.runner.run()
