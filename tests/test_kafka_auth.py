@@ -121,9 +121,25 @@ def _read_one(config: dict[str, Any], topic: str, group: str) -> Any:
         consumer.close()
 
 
-def test_each_role_may_do_only_what_its_acls_allow(stack: Stack, settings: Settings) -> None:
+@pytest.fixture(scope="module")
+def own_prefix(stack: Stack, settings: Settings) -> tuple[Settings, dict[str, str]]:
+    """The test profile under a topic prefix of this module's own: `topics apply` creates
+    the declared topics and the file's grants under it, so the records these tests write
+    stay out of the shared ingest's topics. The settings and the CLI's environment."""
+    prefix = f"acl{uuid.uuid4().hex[:6]}."
+    env = {"LAKEHOUSE_KAFKA__TOPIC_PREFIX": prefix}
+    applied = run_cli("topics", "apply", env=env)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert f"acl added: User:scrapers Write on topic {prefix}weather" in applied.stderr
+    return settings.model_copy(update={
+        "kafka": settings.kafka.model_copy(update={"topic_prefix": prefix})}), env
+
+
+def test_each_role_may_do_only_what_its_acls_allow(
+        own_prefix: tuple[Settings, dict[str, str]]) -> None:
     """The scrapers write their feed's topic and nothing else; Spark reads it and writes
     nothing; Connect writes only its connectors' topics; no role creates a topic."""
+    settings, _env = own_prefix
     topic = settings.kafka.topic("weather")
     cdc_topic = settings.kafka.topic("rentals_db.public.rentals")
     assert _produce(kafka_config(settings, "scrapers"), topic) is None
@@ -165,7 +181,8 @@ def _filter(acl: AclBinding) -> AclBindingFilter:
 
 
 def test_diff_names_missing_and_extra_acls_and_apply_restores_the_file(
-        stack: Stack, settings: Settings) -> None:
+        own_prefix: tuple[Settings, dict[str, str]]) -> None:
+    settings, env = own_prefix
     topic = settings.kafka.topic("weather")
     admin = AdminClient(kafka_config(settings))
     read = _acl("spark", topic, AclOperation.READ)
@@ -174,17 +191,17 @@ def test_diff_names_missing_and_extra_acls_and_apply_restores_the_file(
         future.result(15)
     admin.create_acls([extra], request_timeout=10)[extra].result(15)
     try:
-        diff = run_cli("topics", "diff")
+        diff = run_cli("topics", "diff", env=env)
         assert diff.returncode == 1, diff.stdout + diff.stderr
         assert f"+ acl: User:spark Read on topic {topic}" in diff.stdout
         assert f"? acl: User:spark Write on topic {topic}: on the brokers, not in " \
                "kafka_acls.yaml" in diff.stdout
         error = _produce(kafka_config(settings, "spark"), topic)
         assert error is None, "the extra grant lets Spark write (what diff warns about)"
-        applied = run_cli("topics", "apply")
+        applied = run_cli("topics", "apply", env=env)
         assert applied.returncode == 0, applied.stdout + applied.stderr
         assert f"acl added: User:spark Read on topic {topic}" in applied.stderr
-        again = run_cli("topics", "diff")
+        again = run_cli("topics", "diff", env=env)
         assert again.returncode == 0 and "+ acl" not in again.stdout, again.stdout
         assert "? acl: User:spark Write" in again.stdout  # apply removes nothing
     finally:

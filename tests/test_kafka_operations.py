@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 from confluent_kafka.admin import NewTopic
 
 from connectors.connect_client import ConnectClient
+from connectors.kafka_acls import WRITE, allow_topics
 from infra.clients import kafka_admin, kafka_config
 from infra.stack import Stack
 from settings import Settings
@@ -314,6 +315,7 @@ def test_groups_shows_a_connect_source_connectors_offsets(
     settings: Settings, new_topic: Callable[..., tuple[str, str]], tmp_path: Path
 ) -> None:
     _short, topic = new_topic(1)
+    allow_topics(settings, "connect", [topic], WRITE)  # the worker writes it
     name = f"kops-file-{RUN}"
     source = settings.connect_file_path / "tests" / f"{name}.txt"  # where connectors may read
     source.parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
+from connectors.kafka_acls import WRITE, allow_topics
 from infra.clients import connect_get, kafka_admin, kafka_config, postgres_connect, s3_client
 from infra.stack import Stack
 from settings import Settings
@@ -215,6 +216,7 @@ def test_filestream_connector_moves_file_lines_into_a_topic(
     source.parent.mkdir(parents=True, exist_ok=True)  # connectors read
     source.write_text("\n".join(lines) + "\n")
     topic = _create_topic(settings, partitions=1)
+    allow_topics(settings, "connect", [topic], WRITE)  # the worker writes it
     url = f"{settings.connect.url}/connectors/{name}"
     config = {
         "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
