@@ -34,6 +34,7 @@ from settings.model import KafkaRole
 ACLS_FILE = Path(__file__).resolve().with_name("kafka_acls.yaml")
 TIMEOUT = 20.0
 CLUSTER = "kafka-cluster"  # the one name of Kafka's cluster resource
+WRITE, READ = ("Write", "Describe"), ("Read", "Describe")  # what a producer, a reader needs
 
 Resource = Literal["topic", "group", "transactional_id", "cluster"]
 Operation = Literal["Read", "Write", "Describe", "Create", "Delete", "Alter",
@@ -146,14 +147,21 @@ def desired_grants(settings: Settings, path: Path = ACLS_FILE) -> list[Grant]:
               "connect_topics": settings.connect.internal_topic_prefix}
     producers = topic_producers(settings)
     grants: set[Grant] = set()
+    def named(text: str, where: str) -> str:
+        try:
+            return text.format(**places)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise AclFileError([f"{path}: {where}: unknown placeholder in {text!r} ({exc}); "
+                                f"known: {', '.join('{' + p + '}' for p in places)}"]) from exc
+
     for role, role_rules in rules.roles.items():
-        for rule in role_rules:
+        for index, rule in enumerate(role_rules):
             if rule.resource == "cluster":
                 names = [("literal", CLUSTER)]
             elif rule.name is not None:
-                names = [("literal", rule.name.format(**places))]
+                names = [("literal", named(rule.name, f"roles.{role}.{index}.name"))]
             elif rule.prefix is not None:
-                names = [("prefixed", rule.prefix.format(**places))]
+                names = [("prefixed", named(rule.prefix, f"roles.{role}.{index}.prefix"))]
             elif rule.produced_by is not None:
                 names = [("literal", t) for t, p in producers.items()
                          if p.kind == rule.produced_by]
@@ -221,8 +229,6 @@ def allow_topics(settings: Settings, role: KafkaRole, topics: list[str],
     add_grants(settings, [Grant(role, "topic", "literal", topic, operation)
                           for topic in topics for operation in operations])
 
-
-WRITE, READ = ("Write", "Describe"), ("Read", "Describe")
 
 __all__ = ["ACLS_FILE", "READ", "WRITE", "AclFileError", "AclPlan", "Grant", "add_grants",
            "allow_topics", "apply", "consumed_topics", "desired_grants", "live_grants",

@@ -47,3 +47,13 @@ def test_a_bad_acl_file_names_the_file_and_field(tmp_path: Path) -> None:
     assert f"{path}: roles.spark.0: Value error, name the resources one way" in problems
     assert f"{path}: roles.spark.1.operations.0: Input should be" in problems
     assert f"{path}: roles.airflow.[key]: Input should be" in problems
+
+
+def test_an_unknown_placeholder_names_the_file_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "kafka_acls.yaml"
+    path.write_text("roles:\n  spark:\n"
+                    "    - {resource: group, prefix: \"{spark_group}-\", operations: [Read]}\n")
+    with pytest.raises(AclFileError) as raised:
+        desired_grants(load_settings(profile="embedded"), path)
+    assert raised.value.problems[0].startswith(
+        f"{path}: roles.spark.0.prefix: unknown placeholder in '{{spark_group}}-'")
