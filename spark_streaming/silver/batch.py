@@ -64,6 +64,7 @@ class SilverPipeline:
     run_id: str
     totals: dict[str, int] = field(default_factory=dict)
     batches: int = 0  # micro-batches committed (with `totals`: what a progress line counts)
+    last_phases: dict[str, float] = field(default_factory=dict)  # the last batch's seconds
 
     def __post_init__(self) -> None:
         self.silver = DeltaTarget(self.settings, self.spec.table)
@@ -112,6 +113,7 @@ class SilverPipeline:
         for name in TOTALS:
             self.totals[name] += counts.get(name, 0)
         self.batches += 1
+        self.last_phases = phases.seconds
 
     def _write_silver(self, spark: SparkSession, rows: DataFrame, batch_id: int) -> int:
         mode, target, run_id = self.spec.mode, self.silver, self.run_id
