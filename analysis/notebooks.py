@@ -19,7 +19,6 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,8 +33,8 @@ from nbformat import NotebookNode
 
 from analysis.notebook_session import QUIET_JUPYSQL_ENV
 from settings import Settings
+from settings.report import Report
 
-Report = Callable[[str], None]
 KERNEL_NAME = "lakehouse-venv"
 ROWS_METADATA = "lakehouse"
 PNG = "image/png"

@@ -5,7 +5,7 @@ the last successful build (analysis.build_inputs), it says so and starts nothing
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
@@ -21,8 +21,7 @@ from lakehouse.definitions import LAYERS, load_definitions
 from lakehouse.storage import storage_options, table_uri
 from lakehouse.table_status import row_count
 from settings import Settings
-
-Report = Callable[[str], None]
+from settings.report import Report
 
 
 @dataclass

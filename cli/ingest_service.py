@@ -26,10 +26,10 @@ from connectors.scrapers.source_config import load_sources
 from connectors.simulator.server import FeedSimulator
 from infra.ports import port_is_free
 from settings import ConfigError, Settings
+from settings.report import Report
 from spark_streaming.query_restarts import RetryClock, first_line
 from spark_streaming.session import SessionInBackground
 
-Report = Callable[[str], None]
 LOG = logging.getLogger(__name__)
 
 

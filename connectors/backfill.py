@@ -19,7 +19,6 @@ interrupted one resumes where it stopped.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -31,6 +30,7 @@ from connectors.scrapers.source_config import Source, load_sources
 from connectors.scrapers.state import SourceState
 from connectors.simulator.history import TRIPS_CSV_HEADER, Place, trips_of_day
 from settings import ConfigError, Settings
+from settings.report import Report
 
 STATE_NAME = "backfill"
 TRIPS_TOPIC = "trips_csv"
@@ -113,7 +113,7 @@ class Backfill:
     def close(self) -> None:
         self.scraper.close()
 
-    def run(self, days: list[date], report: Callable[[str], None]) -> BackfillTotals:
+    def run(self, days: list[date], report: Report) -> BackfillTotals:
         totals = BackfillTotals()
         for day in days:
             trips, hours, statuses = self._trips(day), self._weather(day, totals), \

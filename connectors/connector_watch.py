@@ -12,14 +12,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
 
 from connectors.connect_client import ConnectClient, ConnectError
 from connectors.connect_sync import FAILED, RUNNING, states
 from settings import Settings
+from settings.report import Report
 
 log = logging.getLogger(__name__)
-Report = Callable[[str], None]
 
 HOUR = 3600.0
 

@@ -12,11 +12,11 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from infra.layout import StateLayout
 from settings import Settings
+from settings.report import Report
 
 LOCK = Path(__file__).resolve().parents[1] / "orchestration" / "requirements-airflow.lock"
 DAGS_FOLDER = LOCK.parent / "dags"
@@ -51,7 +51,7 @@ def installed_version(layout: StateLayout) -> str:
     return found[0].name.removesuffix(".dist-info").split("-")[1] if found else "?"
 
 
-def ensure_airflow_venv(layout: StateLayout, report: Callable[[str], None]) -> bool:
+def ensure_airflow_venv(layout: StateLayout, report: Report) -> bool:
     """Build the venv from the lock unless it was built from this very lock; True if built.
     A venv of its own: Airflow's pins clash with dbt's and Great Expectations'."""
     stamp = _stamp(layout)

@@ -23,11 +23,11 @@ import yaml
 from infra import maven
 from infra.airflow_env import AirflowInstallError, ensure_airflow_venv
 from infra.layout import StateLayout
+from settings.report import Report
 
 MANIFEST_PATH = Path(__file__).with_name("artifacts.yaml")
 MIN_JAVA_MAJOR = 17
 
-Report = Callable[[str], None]
 
 
 class SetupError(Exception):

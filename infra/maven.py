@@ -13,17 +13,16 @@ import hashlib
 import re
 import shutil
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 from infra.layout import StateLayout
+from settings.report import Report
 
 JVM_DIR = Path(__file__).with_name("jvm")
 MODULES = ("kafka", "connect", "connect-plugins", "spark")
 _DOWNLOADED = re.compile(r"Downloaded from [^:]+: \S+ \(([\d.]+) (B|kB|MB|GB) at")
 _UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}
 
-Report = Callable[[str], None]
 
 
 class MavenError(Exception):

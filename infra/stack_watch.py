@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 
 from infra.components.base import StackError, start_components
 from infra.stack import Stack
 from settings import Settings
+from settings.report import Report
 
 log = logging.getLogger(__name__)
-Report = Callable[[str], None]
 
 
 class StackWatch:

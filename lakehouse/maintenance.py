@@ -41,8 +41,8 @@ from pyspark.sql import SparkSession
 from lakehouse.definitions import TableDefinition
 from lakehouse.storage import spark_uri
 from lakehouse.table_manager import open_table, table_location
+from settings.report import Report
 
-Report = Callable[[str], None]
 CONFLICT_RETRIES = 3
 CHECKPOINT_AFTER_COMMITS = 5
 

@@ -33,8 +33,7 @@ from lakehouse.catalog import catalog_name, catalog_sql
 from lakehouse.constraint_check import CONSTRAINT_PREFIX
 from lakehouse.definitions import ColumnDefinition, TableDefinition
 from lakehouse.storage import delta_path_sql, spark_uri
-
-Report = Callable[[str], None]
+from settings.report import Report
 
 CREATE = "create table"
 SET_PROPERTY = "set property"

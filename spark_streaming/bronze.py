@@ -16,7 +16,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +33,7 @@ from lakehouse.definitions import load_definitions
 from lakehouse.storage import spark_uri, table_uri
 from lakehouse.table_status import holds_data
 from settings import Settings
+from settings.report import Report
 from spark_streaming.checkpoint_offsets import committed_source_offsets
 from spark_streaming.layer_progress import LayerProgress
 from spark_streaming.query_restarts import RestartingQuery
@@ -40,7 +41,6 @@ from spark_streaming.session import confs_for_rows
 from spark_streaming.spark_conf import SMALL_READ_ROWS
 
 log = logging.getLogger("lakehouse.bronze")
-Report = Callable[[str], None]
 EARLIEST = -2  # spark-sql-kafka's offset meaning "the partition's earliest"
 
 

@@ -23,13 +23,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from settings import Settings, load_settings
+from settings.report import Report
 from spark_streaming.spark_conf import pyspark_home, spark_confs, spark_jars
 
-Report = Callable[[str], None]
 ARCHIVE_PREFIX = "classes-"
 BUILD_TIMEOUT_SECONDS = 600
 

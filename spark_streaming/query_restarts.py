@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 from pyspark.sql.streaming import StreamingQuery
 
+from settings.report import Report
+
 log = logging.getLogger(__name__)
-Report = Callable[[str], None]
 
 FIRST_PAUSE_SECONDS = 5.0
 LONGEST_PAUSE_SECONDS = 60.0

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
 
 from settings.model import RentalsSettings
-
-Report = Callable[[str], None]
+from settings.report import Report
 
 START, END, CANCEL = "start", "end", "cancel"
 # At most this share of the bikes is out at once, so ends keep pace with starts.

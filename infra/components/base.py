@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from infra.layout import StateLayout
 from infra.ports import port_holder, port_is_free, wait_until
 from infra.process import ManagedProcess
 from settings import Settings
+from settings.report import Report
 
 
 class StackError(Exception):
@@ -204,7 +204,6 @@ class Component(ABC):
             return "?"
 
 
-Report = Callable[[str], None]
 
 
 def _groups(components: list[Component]) -> list[list[Component]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from deltalake import DeltaTable
@@ -17,6 +17,7 @@ from lakehouse.definitions import load_definitions
 from lakehouse.storage import spark_uri, storage_options, table_uri
 from lakehouse.table_status import row_count
 from settings import ConfigError, Settings
+from settings.report import Report
 from spark_streaming.gold import rentals_weather, station_availability, system_utilisation
 from spark_streaming.gold.metric import GoldMetric, PinnedViews, Views, materialize
 from spark_streaming.gold.progress import (
@@ -34,7 +35,6 @@ log = logging.getLogger("lakehouse.gold")
 # Confs a gold table's own session takes from the caller's: days and hours are cut in the
 # session time zone; the small-batch confs may be set at run time.
 CALLER_CONFS = ("spark.sql.session.timeZone", *SMALL_BATCH_CONFS)
-Report = Callable[[str], None]
 
 METRICS: dict[str, GoldMetric] = {m.table: m for m in (
     station_availability.METRIC, rentals_weather.METRIC, system_utilisation.METRIC)}

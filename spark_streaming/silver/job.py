@@ -15,7 +15,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from lakehouse.storage import storage_options, table_uri
 from lakehouse.table_manager import apply_plan, plan_table
 from lakehouse.table_status import holds_data
 from settings import ConfigError, Settings
+from settings.report import Report
 from spark_streaming.checkpoint_offsets import committed_source_offsets
 from spark_streaming.layer_progress import LayerProgress
 from spark_streaming.query_restarts import RestartingQuery
@@ -42,7 +43,6 @@ from spark_streaming.silver.routing import FailRuleBroken
 from spark_streaming.silver.spec import PipelineSpec, load_specs
 from spark_streaming.table_lock import writing
 
-Report = Callable[[str], None]
 RESET_CONCURRENCY = 4  # tables emptied at once by a rebuild
 
 

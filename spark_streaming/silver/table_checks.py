@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,13 +19,13 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from settings import Settings
+from settings.report import Report
 from spark_streaming.silver.delta_writes import DeltaTarget
 from spark_streaming.silver.expectations import Expectation, Suite, load_suite
 from spark_streaming.silver.job import ensure_tables
 from spark_streaming.silver.spec import load_specs
 
 RESULTS_TABLE = "quality_results"
-Report = Callable[[str], None]
 
 
 def _parameters(expectations: list[Expectation]) -> dict[str, Any]:
