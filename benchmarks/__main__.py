@@ -35,17 +35,19 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "live": live.run}
 
 
-def engine_as_shipped() -> None:
+def engine_as_shipped() -> dict[str, str]:
     """Every benchmark's Spark drivers get the embedded profile's JVM options and shuffle
     partitions (what `make ingest` runs), on the test profile's ports and folders. The test
     profile's own are for the suite's short-lived drivers (the JIT's first tier only): a
     warm silver micro-batch of 25 rows took 5.7 s on them against 3.4 s on the full JIT
     (BENCH=silver_batch, same sitting). Set in the environment, so the `lakehouse` commands
     a benchmark starts get them too; a variable already set wins (an A/B against the test
-    profile's values)."""
+    profile's values). Returns the values the benchmarks run with."""
     shipped = load_settings("embedded").spark
-    os.environ.setdefault("LAKEHOUSE_SPARK__DRIVER_JAVA_OPTIONS", shipped.driver_java_options)
-    os.environ.setdefault("LAKEHOUSE_SPARK__SHUFFLE_PARTITIONS", str(shipped.shuffle_partitions))
+    values = {"driver_java_options": shipped.driver_java_options,
+              "shuffle_partitions": str(shipped.shuffle_partitions)}
+    return {key: os.environ.setdefault(f"LAKEHOUSE_SPARK__{key.upper()}", value)
+            for key, value in values.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,14 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in args.names if name not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; known: {', '.join(BENCHMARKS)}")
-    engine_as_shipped()
+    spark = engine_as_shipped()
     settings = load_settings("test")
     results = {}
     for name in args.names or list(BENCHMARKS):
         print(f"== benchmark {name}", file=sys.stderr, flush=True)
         result = BENCHMARKS[name](lambda msg: print(msg, file=sys.stderr, flush=True))
-        result["spark"] = {key: os.environ[f"LAKEHOUSE_SPARK__{key.upper()}"]
-                           for key in ("driver_java_options", "shuffle_partitions")}
+        result["spark"] = spark
         result["result_file"] = str(write_result(settings, name, result))
         results[name] = result
     final = next(iter(results.values())) if len(results) == 1 else results

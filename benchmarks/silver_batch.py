@@ -10,8 +10,8 @@ ingest around it.
 `BENCH_SILVER_BATCH_SIZES` (default `25x12,1000x3,10000x2`: twelve batches of 25 rows,
 three of 1,000, two of 10,000): figures per size are the medians over its batches after
 the first (which warms the JIT for that size): `seconds` (the query's trigger, Spark's
-`triggerExecution`), `latency_s` (bronze commit -> silver commit, both from the tables'
-logs), `cpu_s` (the driver's process tree from the append to the silver commit) and each
+`triggerExecution`), `latency_s` (the bronze append's return -> the silver commit in the
+table's log), `cpu_s` (the driver's process tree from the append to the silver commit) and each
 phase's seconds as the batch's log line names them. Then the query idles for 30 s:
 `idle_driver_cpu_cores` is what its polling costs.
 """
@@ -119,7 +119,7 @@ def _feed(lake: Settings, staged: DataFrame, bronze: DeltaTarget, pipeline: Silv
                         raise RuntimeError(f"silver batch did not come: {query.exception()}")
                     time.sleep(0.05)
                 silver.update_incremental()
-                committed = _epoch(silver.history(1)[0]["timestamp"])
+                committed = silver.history(1)[0]["timestamp"] / 1000  # ms since the epoch
                 time.sleep(0.6)  # one more sample of the tree's CPU
                 progress = next(p for p in reversed(query.recentProgress)
                                 if p["numInputRows"])
@@ -141,7 +141,3 @@ def _idle_cores(seconds: float) -> float:
     with TreeSampler() as sampler:
         time.sleep(seconds)
         return round(sampler.cpu_seconds / seconds, 3)
-
-
-def _epoch(millis: int) -> float:
-    return millis / 1000
