@@ -82,8 +82,9 @@ test-cluster: setup ## Run only the cluster profile's tests (Spark standalone, 3
 bench: setup ## Run benchmarks (BENCH=stack for one); JSON results under .state/test/bench
 	$(BIN)/python -m benchmarks $(BENCH)
 
-lint: setup ## ruff over the project
+lint: setup ## ruff and the layering contract (.importlinter) over the project
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 clean: ## Stop the stack and delete .state (keeps .venv; rm -rf .venv for a full reset)
 	@if [ -x $(LAKEHOUSE) ]; then $(LAKEHOUSE) clean --yes; else rm -rf .state; fi

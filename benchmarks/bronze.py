@@ -27,8 +27,8 @@ from deltalake import write_deltalake
 
 from benchmarks.kafka_batches import RecordColumns, watermarks
 from benchmarks.machine import machine_info
+from clients import kafka_admin, kafka_config
 from connectors.kafka_acls import READ, allow_topics
-from infra.clients import kafka_admin, kafka_config
 from lakehouse.storage import storage_options, table_uri
 from settings import Settings, load_settings
 from spark_streaming.bronze import run_available_now

@@ -40,11 +40,11 @@ from psycopg import sql
 from benchmarks.kafka_batches import watermarks
 from benchmarks.machine import machine_info
 from benchmarks.station_status import PROFILE, running_stack
+from clients import kafka_admin, kafka_config, postgres_connect
 from connectors.connect_client import ConnectClient
 from connectors.connect_config import CONNECTORS_DIR
 from connectors.rentals.database import connect, seed
 from connectors.rentals.roles import cdc_capture, ensure_publication
-from infra.clients import kafka_admin, kafka_config, postgres_connect
 from infra.stack import Stack
 from settings import Settings, load_settings
 

@@ -26,7 +26,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from benchmarks.station_status import SILVER_TABLE, Statuses, create_tables, run_benchmark
-from infra.clients import kafka_config
+from clients import kafka_config
 from lakehouse.storage import storage_options, table_uri
 from settings import Settings
 from spark_streaming.bronze import run_continuous

@@ -13,7 +13,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from infra.clients import kafka_admin, kafka_config
+from clients import kafka_admin, kafka_config
 from settings import Settings
 
 _HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])

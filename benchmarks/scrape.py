@@ -37,12 +37,12 @@ from confluent_kafka.admin import NewTopic
 
 from benchmarks.machine import machine_info
 from benchmarks.station_status import PROFILE, running_stack
+from clients import kafka_admin, kafka_config
 from connectors.kafka_acls import WRITE, allow_topics
 from connectors.scrapers.messages import DEFAULT_KEYS
 from connectors.scrapers.scheduler import Scraper
 from connectors.scrapers.source_config import FeedTarget, ProducerSettings, Source, SourceSpec
 from connectors.scrapers.state import SourceState
-from infra.clients import kafka_admin, kafka_config
 from settings import Settings, load_settings
 
 STATIONS = int(os.environ.get("BENCH_SCRAPE_STATIONS", "1000"))

@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 
 from benchmarks.kafka_batches import watermarks
 from benchmarks.machine import machine_info
-from infra.clients import kafka_admin, s3_client
+from clients import kafka_admin, s3_client
 from settings import Settings, load_settings
 from spark_streaming.silver.batch_metrics import METRICS_TABLE
 from spark_streaming.silver.job import ensure_tables

@@ -62,7 +62,7 @@ def run_step(settings: Settings, report: Report, *args: str, timeout: float = 60
 def bronze_topics(settings: Settings, report: Report) -> list[str]:
     """Topics with a bronze table definition that exist on the broker; a missing one is
     reported (its table stays empty until the topic exists), never skipped silently."""
-    from infra.clients import kafka_admin
+    from clients import kafka_admin
     from spark_streaming.bronze import declared_bronze_topics
 
     wanted = declared_bronze_topics(settings)

@@ -28,10 +28,10 @@ from rich.table import Table
 
 from cli.context import settings_of
 from cli.terminal import console, say
+from clients import kafka_admin
 from connectors import kafka_inspect as inspect
 from connectors.connect_client import ConnectError
 from connectors.kafka_console import ConsoleError, ConsumeOptions, consume, produce
-from infra.clients import kafka_admin
 from settings import Settings
 
 json_option = click.option("--json", "as_json", is_flag=True,

@@ -31,10 +31,10 @@ from cli.topics_commands import topics
 from infra.components.base import StackError
 from infra.components.postgres import Postgres
 from infra.install import SetupError, run_setup
-from infra.layout import StateLayout
 from infra.stack import Stack, replication_advice
 from settings import ConfigError
 from settings.env_file import ensure_env_file
+from settings.layout import StateLayout
 from spark_streaming.table_lock import TableBusy, running_alone
 
 DISTRIBUTION = "lakehouse-ingest"  # pyproject.toml [project] name

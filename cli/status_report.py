@@ -19,11 +19,11 @@ from typing import Any
 import requests
 from confluent_kafka import KafkaException
 
+from clients import kafka_admin
 from connectors import kafka_inspect as inspect
 from connectors.connect_client import ConnectClient, ConnectError
 from connectors.scrapers.source_config import SourceConfigError, load_sources
 from connectors.scrapers.state import SourceState
-from infra.clients import kafka_admin
 from infra.stack import Stack
 from lakehouse.definitions import load_definitions
 from lakehouse.table_status import read_table_statuses

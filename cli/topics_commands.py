@@ -101,9 +101,9 @@ def validate(ctx: click.Context, topics_dir: Path) -> None:
 def _plan(ctx: click.Context, specs: list[TopicSpec]) -> tuple[list, list[str], AclPlan]:
     """The changes apply would make, the broker's topics no file declares, and the ACLs
     missing from or beyond connectors/kafka_acls.yaml."""
+    from clients import kafka_admin
     from connectors import kafka_acls
     from connectors.topic_manager import plan, undeclared_topics
-    from infra.clients import kafka_admin
 
     settings = settings_of(ctx)
     try:
@@ -172,9 +172,9 @@ def apply(ctx: click.Context, topics_dir: Path) -> None:
     """Store the client roles' Kafka logins (kafka.auth sasl), create missing topics, add
     partitions, set configs, add the ACLs of connectors/kafka_acls.yaml; a second run
     changes nothing."""
+    from clients import kafka_admin
     from connectors import kafka_acls
     from connectors.topic_manager import apply_plan
-    from infra.clients import kafka_admin
 
     specs = _checked_specs(ctx, topics_dir)
     _store_logins(ctx)

@@ -26,8 +26,8 @@ from confluent_kafka.admin import (
 )
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from clients import kafka_admin
 from connectors.topic_definitions import TOPICS_DIR, load_topic_files
-from infra.clients import kafka_admin
 from settings import Settings
 from settings.model import KafkaRole
 

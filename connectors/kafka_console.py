@@ -26,7 +26,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from infra.clients import kafka_config
+from clients import kafka_config
 from settings import Settings
 
 

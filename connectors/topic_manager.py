@@ -21,10 +21,10 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
+from clients import kafka_admin
 from connectors import kafka_acls
 from connectors.kafka_inspect import is_internal_name
 from connectors.topic_definitions import TOPICS_DIR, TopicFileError, TopicSpec, topic_specs
-from infra.clients import kafka_admin
 from settings import Settings
 
 log = logging.getLogger("lakehouse.topics")

@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from infra.layout import StateLayout
 from settings import Settings
+from settings.layout import StateLayout
 from settings.report import Report
 
 LOCK = Path(__file__).resolve().parents[1] / "orchestration" / "requirements-airflow.lock"

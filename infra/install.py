@@ -22,7 +22,7 @@ import yaml
 
 from infra import maven
 from infra.airflow_env import AirflowInstallError, ensure_airflow_venv
-from infra.layout import StateLayout
+from settings.layout import StateLayout
 from settings.report import Report
 
 MANIFEST_PATH = Path(__file__).with_name("artifacts.yaml")

@@ -15,7 +15,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from infra.clients import kafka_admin
+from clients import kafka_admin
 from settings import Settings
 from settings.model import KAFKA_ROLES
 

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from infra.layout import StateLayout
+from settings.layout import StateLayout
 from settings.report import Report
 
 JVM_DIR = Path(__file__).with_name("jvm")

@@ -18,8 +18,8 @@ from infra.components.postgres import Postgres
 from infra.components.simulator import FeedSimulatorServer
 from infra.components.spark_cluster import spark_cluster
 from infra.components.sql_endpoint import SqlEndpoint
-from infra.layout import StateLayout
 from settings import Settings
+from settings.layout import StateLayout
 
 
 def replication_advice(settings: Settings) -> str | None:

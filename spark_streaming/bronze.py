@@ -27,8 +27,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
+from clients import kafka_admin
 from connectors import kafka_inspect
-from infra.clients import kafka_admin
 from lakehouse.definitions import load_definitions
 from lakehouse.storage import spark_uri, table_uri
 from lakehouse.table_status import holds_data

@@ -14,8 +14,8 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from infra.layout import StateLayout
 from settings import Settings
+from settings.layout import StateLayout
 from spark_streaming import class_archive
 from spark_streaming.spark_conf import (
     LOOPBACK,

@@ -21,11 +21,11 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from infra.clients import postgres_connect
-from infra.layout import StateLayout
+from clients import postgres_connect
 from lakehouse.catalog import catalog_unreachable
 from lakehouse.storage import spark_uri
 from settings import ConfigError, Settings
+from settings.layout import StateLayout
 
 LOOPBACK = "127.0.0.1"
 # JVM loggers that print WARN noise for normal work, set to ERROR in every Spark JVM:

@@ -15,10 +15,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from clients import kafka_config
 from connectors.connect_client import ConnectClient
 from connectors.connect_config import CONNECTORS_DIR
 from connectors.kafka_acls import WRITE, allow_topics
-from infra.clients import kafka_config
 from settings import Settings
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def make_topic(settings: Settings, topic: str, partitions: int = 1) -> str:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
-    from infra.clients import kafka_admin
+    from clients import kafka_admin
 
     admin = kafka_admin(settings)  # held until the answer: a dropped client cancels it
     future = admin.create_topics([NewTopic(topic, partitions, 1)])[topic]

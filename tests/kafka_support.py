@@ -7,7 +7,7 @@ import uuid
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from infra.clients import kafka_config
+from clients import kafka_config
 from settings import Settings
 from spark_streaming.bronze import log_ends
 

@@ -25,10 +25,10 @@ from playwright.sync_api import expect, sync_playwright
 
 from analysis.build_inputs import BuildRecord
 from analysis.dbt_project import DbtPaths
+from clients import kafka_admin, kafka_config
 from connectors.scrapers.source_config import load_sources
 from connectors.simulator.server import FeedSimulator
 from infra import airflow_env
-from infra.clients import kafka_admin, kafka_config
 from infra.ports import port_is_free
 from infra.stack import Stack
 from lakehouse.storage import storage_options

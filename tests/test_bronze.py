@@ -25,8 +25,8 @@ from confluent_kafka.admin import NewTopic
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from clients import kafka_admin, kafka_config
 from connectors.kafka_acls import READ, allow_topics
-from infra.clients import kafka_admin, kafka_config
 from infra.stack import Stack
 from lakehouse.storage import storage_options
 from settings import Settings

@@ -20,10 +20,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from clients import postgres_connect
 from connectors.connect_client import ConnectClient
 from connectors.rentals.database import connect
 from connectors.rentals.roles import cdc_capture, ensure_publication
-from infra.clients import postgres_connect
 from infra.stack import Stack
 from settings import Settings
 from tests.conftest import run_cli

@@ -27,8 +27,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
 from benchmarks.kafka_batches import watermarks
+from clients import kafka_admin, kafka_config
 from connectors.kafka_acls import READ, allow_topics
-from infra.clients import kafka_admin, kafka_config
 from infra.components.spark_cluster import master_state
 from infra.ports import wait_until
 from infra.stack import Stack

@@ -22,9 +22,9 @@ from connectors.connect_config import CONNECTORS_DIR, worker_provider_properties
 from infra.components.kafka import Kafka, node_name
 from infra.components.kafka_connect import KafkaConnect
 from infra.components.spark_cluster import MASTER_CLASS, WORKER_CLASS, spark_cluster
-from infra.layout import StateLayout
 from infra.stack import Stack
 from settings import Settings, load_settings
+from settings.layout import StateLayout
 from spark_streaming.spark_conf import _executor_pythonpath, executor_python
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from clients import kafka_admin
 from connectors.connect_client import ConnectClient
-from infra.clients import kafka_admin
 from infra.stack import Stack
 from settings import Settings, load_settings
 from tests.conftest import TEST_PROFILE, run_cli

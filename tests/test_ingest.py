@@ -23,8 +23,8 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cli.ingest_service import bronze_topics
+from clients import sql_endpoint_connect
 from connectors.rentals.database import connect
-from infra.clients import sql_endpoint_connect
 from infra.stack import Stack
 from lakehouse.definitions import load_definitions
 from lakehouse.storage import storage_options, table_uri

@@ -11,8 +11,8 @@ import pytest
 
 from infra import install, maven
 from infra.install import SetupError, _Installer, load_manifest, run_setup
-from infra.layout import StateLayout
 from settings import Settings
+from settings.layout import StateLayout
 from tests.conftest import run_cli
 from tests.jvm_versions import DEBEZIUM_VERSION, KAFKA_VERSION
 

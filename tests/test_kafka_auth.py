@@ -24,7 +24,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from infra.clients import kafka_config
+from clients import kafka_config
 from infra.stack import Stack
 from settings import Settings
 from settings.model import KAFKA_ROLES

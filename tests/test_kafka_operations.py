@@ -20,9 +20,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
+from clients import kafka_admin, kafka_config
 from connectors.connect_client import ConnectClient
 from connectors.kafka_acls import WRITE, allow_topics
-from infra.clients import kafka_admin, kafka_config
 from infra.stack import Stack
 from settings import Settings
 from tests.conftest import PROJECT_DIR, TEST_PROFILE, run_cli

@@ -13,9 +13,9 @@ import psycopg
 import pytest
 from psycopg import errors, sql
 
+from clients import postgres_connect
 from connectors.connect_config import CONNECTORS_DIR, load_connector_file
 from connectors.rentals.database import apply_schema, connect
-from infra.clients import postgres_connect
 from infra.stack import Stack
 from settings import Settings, project_environment
 from tests.conftest import run_cli

@@ -27,12 +27,12 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from infra.clients import kafka_admin, kafka_config
+from clients import kafka_admin, kafka_config
 from infra.components.base import start_components, stop_components
 from infra.components.kafka import Kafka, kafka_nodes
-from infra.layout import StateLayout
 from infra.ports import port_is_free, wait_until
 from settings import Settings, load_settings
+from settings.layout import StateLayout
 from tests.conftest import TEST_PROFILE, run_cli, still_running
 
 pytestmark = pytest.mark.stack  # three Kafka brokers of its own

@@ -12,8 +12,8 @@ from botocore.exceptions import ClientError
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
+from clients import connect_get, kafka_admin, kafka_config, postgres_connect, s3_client
 from connectors.kafka_acls import WRITE, allow_topics
-from infra.clients import connect_get, kafka_admin, kafka_config, postgres_connect, s3_client
 from infra.stack import Stack
 from settings import Settings
 from tests.jvm_versions import KAFKA_VERSION

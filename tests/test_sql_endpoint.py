@@ -25,7 +25,7 @@ import pytest
 from psycopg import sql
 from pyhive import hive
 
-from infra.clients import postgres_connect, sql_endpoint_connect
+from clients import postgres_connect, sql_endpoint_connect
 from infra.components.sql_endpoint import SqlEndpoint
 from infra.ports import port_is_free, wait_until
 from infra.stack import Stack

@@ -7,7 +7,7 @@ import uuid
 
 import psutil
 
-from infra.clients import s3_client
+from clients import s3_client
 from infra.install import load_manifest
 from infra.stack import Stack
 from settings import Settings

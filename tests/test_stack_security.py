@@ -18,7 +18,7 @@ import pytest
 import requests
 from botocore.exceptions import ClientError
 
-from infra.clients import connect_get, kafka_config, postgres_connect, s3_client
+from clients import connect_get, kafka_config, postgres_connect, s3_client
 from infra.components.base import Component
 from infra.components.kafka import Kafka
 from infra.components.kafka_connect import KafkaConnect

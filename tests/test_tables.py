@@ -21,8 +21,8 @@ from confluent_kafka.admin import NewTopic
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from clients import kafka_admin, kafka_config, s3_client
 from connectors.kafka_acls import READ, allow_topics
-from infra.clients import kafka_admin, kafka_config, s3_client
 from infra.stack import Stack
 from lakehouse.catalog import registered_tables
 from lakehouse.definitions import DEFINITIONS_DIR, load_definitions

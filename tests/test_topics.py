@@ -10,8 +10,8 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import ConfigResource, NewTopic
 
+from clients import kafka_admin, kafka_config
 from connectors.topic_definitions import TOPICS_DIR
-from infra.clients import kafka_admin, kafka_config
 from infra.stack import Stack
 from settings import Settings
 from tests.conftest import run_cli

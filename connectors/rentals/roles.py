@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from clients import postgres_connect
 from connectors.connect_config import CONNECTORS_DIR, ConnectorFileError, load_connector_dir
 from connectors.rentals.database import apply_schema
-from infra.clients import postgres_connect
 from settings import Settings
 from settings.model import PostgresLogin
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from clients import kafka_config
 from connectors.scrapers.messages import KafkaMessage
 from connectors.scrapers.source_config import ProducerSettings
-from infra.clients import kafka_config
 from settings import Settings
 
 log = logging.getLogger("lakehouse.scrapers.produce")

@@ -13,11 +13,11 @@ from pathlib import Path
 import requests
 from psycopg import sql
 
+from clients import postgres_connect
 from infra import airflow_env
-from infra.clients import postgres_connect
 from infra.components.base import Component, Port, StackError
-from infra.layout import StateLayout
 from settings import Settings
+from settings.layout import StateLayout
 
 MIGRATE_TIMEOUT = 600.0
 

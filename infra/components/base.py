@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.layout import StateLayout
 from infra.ports import port_holder, port_is_free, wait_until
 from infra.process import ManagedProcess
 from settings import Settings
+from settings.layout import StateLayout
 from settings.report import Report
 
 

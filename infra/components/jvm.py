@@ -6,7 +6,7 @@ import re
 import shutil
 from pathlib import Path
 
-from infra.layout import StateLayout
+from settings.layout import StateLayout
 
 
 def java() -> Path:

@@ -9,11 +9,11 @@ import uuid
 from pathlib import Path
 from string import Template
 
-from infra.clients import kafka_admin
+from clients import kafka_admin
 from infra.components import jvm
 from infra.components.base import Component, Port, StackError
-from infra.layout import StateLayout
 from settings import Settings
+from settings.layout import StateLayout
 from settings.model import KAFKA_NODE_PORT_STRIDE, KAFKA_PLAIN_USERS, KafkaNode
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"

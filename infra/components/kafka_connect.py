@@ -6,13 +6,13 @@ import os
 from pathlib import Path
 from string import Template
 
+from clients import connect_get
 from connectors.connect_config import (
     CONNECTORS_DIR,
     connector_classes,
     provider_references,
     worker_provider_properties,
 )
-from infra.clients import connect_get
 from infra.components import jvm
 from infra.components.base import Component, Port
 from settings import project_environment

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import requests
 
-from infra.clients import s3_client
+from clients import s3_client
 from infra.components.base import Component, Port, StackError
 
 # MinIO refuses to start with a shorter root user or password.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psycopg
 
-from infra.clients import postgres_connect
+from clients import postgres_connect
 from infra.components.base import Component, Port, StackError
 from settings.model import PostgresLogin
 

@@ -18,8 +18,8 @@ import requests
 
 from infra.components import jvm
 from infra.components.base import Component, Port
-from infra.layout import StateLayout
 from settings import Settings
+from settings.layout import StateLayout
 from settings.model import SparkDaemon
 from spark_streaming.spark_conf import LOOPBACK, pyspark_home
 

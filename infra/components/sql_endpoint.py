@@ -11,11 +11,11 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from infra.clients import sql_endpoint_connect
+from clients import sql_endpoint_connect
 from infra.components import jvm
 from infra.components.base import Component, Port
-from infra.layout import StateLayout
 from settings import Settings
+from settings.layout import StateLayout
 from spark_streaming import sql_endpoint as launch
 from spark_streaming.spark_conf import metastore_has_schema, metastore_schema_lock
 

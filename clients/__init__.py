@@ -1,4 +1,5 @@
-"""Clients for the stack's servers built from the configuration (health checks, tests)."""
+"""Clients for the stack's servers built from the configuration: the layer every server-talking
+module (sources, engine, stack, commands) builds on."""
 
 from __future__ import annotations
 
