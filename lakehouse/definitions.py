@@ -1,4 +1,6 @@
 """Table definitions: one YAML file per Delta table under lakehouse/tables/<layer>/<name>.yaml.
+Bronze and quarantine tables, of a standard shape, name their shape and what differs
+(`lakehouse/table_shapes.py`).
 
 A definition is the single source of truth for a table's columns (type, NOT NULL,
 description), partitioning, Delta table properties, CHECK constraints, Z-order columns and
@@ -26,6 +28,7 @@ from pydantic import (
 
 from lakehouse import column_types
 from lakehouse.constraint_check import ConstraintError, check_constraints
+from lakehouse.table_shapes import ShapeError, expand
 from settings import ConfigError
 
 if TYPE_CHECKING:
@@ -265,6 +268,10 @@ def load_definition_file(path: Path) -> TableDefinition:
         raise DefinitionError([f"{shown}: cannot read YAML: {exc}"]) from None
     if not isinstance(data, dict):
         raise DefinitionError([f"{shown}: (file): expected a mapping of fields"])
+    try:
+        data = expand(data)
+    except ShapeError as exc:
+        raise DefinitionError([f"{shown}: {exc}"]) from None
     try:
         definition = TableDefinition.model_validate(data)
     except ValidationError as exc:

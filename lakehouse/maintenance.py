@@ -27,7 +27,6 @@ File counts come from the Delta log (delta-rs, read-only), so a report costs no 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,6 +36,13 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_incrementing,
+)
 
 from lakehouse.definitions import TableDefinition
 from lakehouse.storage import spark_uri
@@ -97,16 +103,15 @@ def _is_conflict(exc: Exception) -> bool:
 
 
 def _retrying(action: Callable[[], object], what: str, report: Report) -> object:
-    """Run a Delta command again when a concurrent writer (ingest) committed first."""
-    for attempt in range(1, CONFLICT_RETRIES + 1):
-        try:
-            return action()
-        except PySparkException as exc:
-            if not _is_conflict(exc) or attempt == CONFLICT_RETRIES:
-                raise
-            report(f"{what}: a concurrent commit came first; retrying ({attempt})")
-            time.sleep(attempt)
-    raise AssertionError("unreachable")
+    """Run a Delta command again when a concurrent writer (ingest) committed first: up to
+    CONFLICT_RETRIES attempts, 1 s, 2 s, ... apart; any other error at once."""
+    def reported(state: RetryCallState) -> None:
+        report(f"{what}: a concurrent commit came first; retrying ({state.attempt_number})")
+
+    conflict = retry_if_exception(lambda e: isinstance(e, PySparkException) and _is_conflict(e))
+    return Retrying(retry=conflict, stop=stop_after_attempt(CONFLICT_RETRIES),
+                    wait=wait_incrementing(start=1, increment=1), before_sleep=reported,
+                    reraise=True)(action)
 
 
 def _optimize(spark: SparkSession, definition: TableDefinition, path: str,

@@ -31,11 +31,12 @@ class ConfigError(Exception):
     """Configuration that cannot be used; the message names the file or variable and field."""
 
 
-def _deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """`override` laid over `base`: mappings key by key, anything else replaced."""
     merged = dict(base)
     for key, value in override.items():
         if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
+            merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = value
     return merged
@@ -70,7 +71,7 @@ def _resolve_profile(path: Path, profiles: dict[str, Any], name: str) -> dict[st
     values: dict[str, Any] = {}
     for profile in reversed(chain):
         body = {k: v for k, v in (profiles[profile] or {}).items() if k != "extends"}
-        values = _deep_merge(values, body)
+        values = deep_merge(values, body)
     return values
 
 
@@ -114,7 +115,7 @@ def load_settings(
     values = _resolve_profile(config_path, document["profiles"], name)
 
     overrides, origin = _overrides(merged_env)
-    values = _deep_merge(values, overrides)
+    values = deep_merge(values, overrides)
     values["profile"] = name
     values["project_dir"] = root
     try:

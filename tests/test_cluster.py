@@ -18,11 +18,9 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
-import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
@@ -32,6 +30,7 @@ from connectors.kafka_acls import READ, allow_topics
 from infra.components.spark_cluster import master_state
 from infra.ports import wait_until
 from infra.stack import Stack
+from lakehouse.definitions import TableDefinition, load_definitions
 from settings import Settings, load_settings
 from spark_streaming import class_archive
 from spark_streaming.bronze import bronze_table_name
@@ -49,7 +48,6 @@ pytestmark = pytest.mark.cluster
 PROFILE = "cluster"
 PORT_SHIFT = 300  # test profile 21092 -> 21392 (test_replication's brokers use + 100)
 MASTER_BELOW_KAFKA = 22  # the Spark block (master, 2 workers): 21370..21375
-TABLES = PROJECT_DIR / "lakehouse" / "tables"
 # Columns that say when a row was written, not what it holds (silver's `ingested_at` is
 # bronze's, so both sides have the same).
 WRITE_TIME = {"applied_at"}
@@ -113,8 +111,8 @@ def cluster() -> Iterator[dict[str, str]]:
         assert_nothing_left(stack, pids)
 
 
-def definitions(layer: str) -> list[dict[str, Any]]:
-    return [yaml.safe_load(path.read_text()) for path in sorted((TABLES / layer).glob("*.yaml"))]
+def definitions(layer: str) -> list[TableDefinition]:
+    return [d for d in load_definitions() if d.layer == layer]
 
 
 def by_key(table: pa.Table, key: list[str], left_out: set[str]) -> dict[tuple, tuple]:
@@ -134,7 +132,7 @@ Rows = dict[str, dict[tuple, tuple]]  # table -> rows by unique key
 
 def layer_rows(settings: Settings, layer: str) -> Rows:
     left_out = GOLD_WRITE_TIME if layer == "gold" else WRITE_TIME
-    return {d["name"]: by_key(read_delta(settings, d["name"]), d["unique_key"], left_out)
+    return {d.name: by_key(read_delta(settings, d.name), d.unique_key, left_out)
             for d in definitions(layer)}
 
 

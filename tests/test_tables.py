@@ -327,6 +327,15 @@ INVALID = {
     "silver/silver_d.yaml": ("constraints.distance_not_negative", "nosuch"),
     "silver/silver_e.yaml": ("colour", "Extra inputs are not permitted"),
     "gold/silver_f.yaml": ("layer", "but the file is in folder 'gold'"),
+    # tables of a standard shape (lakehouse/shapes/) name it and its parameters
+    "bronze/bronze_g.yaml": ("shape", "'brass' is not a shape (known: bronze, quarantine)"),
+    "quarantine/quarantine_h.yaml": ("with.bronze", "missing (the quarantine shape needs"),
+    "bronze/bronze_i.yaml": ("with.colour", "not a parameter of the bronze shape"),
+}
+SHAPED = {
+    "bronze/bronze_g.yaml": "shape: brass\nwith: {topic: g, value: text}\n",
+    "quarantine/quarantine_h.yaml": "shape: quarantine\nwith: {silver: silver_h}\n",
+    "bronze/bronze_i.yaml": "shape: bronze\nwith: {topic: i, value: text, colour: blue}\n",
 }
 
 
@@ -378,6 +387,29 @@ def test_two_spark_processes_share_the_catalog(root: Root, spark: SparkSession,
     assert root.cli("tables", "diff", "--definitions", str(tmp_path)).returncode == 0
 
 
+def test_shaped_tables_fill_their_shape_and_keep_their_own_fields() -> None:
+    """Bronze and quarantine files name their shape (lakehouse/shapes/) and what differs;
+    the loaded definitions are whole tables, a file's own fields laid over the shape's."""
+    definitions = {d.name: d for d in load_definitions()}
+    trips = definitions["bronze_bikes_trips_csv"]
+    assert trips.source is not None and trips.source.topic == "trips_csv"
+    assert trips.source.format == "kafka"
+    assert trips.source.freshness.when_empty == "skip"  # the file's own, over the shape's
+    assert trips.description.startswith("Raw records of Kafka topic trips_csv ")
+    weather = definitions["bronze_bikes_weather"]
+    assert weather.source is not None and weather.source.freshness.when_empty == "error"
+    assert [c.name for c in weather.columns] == [c.name for c in trips.columns] == [
+        "key", "value", "headers", "topic", "partition", "offset", "kafka_timestamp",
+        "kafka_timestamp_type", "ingested_at"]
+    assert weather.properties["delta.appendOnly"] == "true"
+    rentals = definitions["quarantine_rentals"]
+    assert rentals.source is not None
+    assert rentals.source.tables == ["bronze_bikes_rentals_db_public_rentals"]
+    assert "could not become silver_rentals rows" in rentals.description
+    assert rentals.constraints["stage_known"] == "stage IN ('parse', 'schema', 'expectations')"
+    assert rentals.unique_key == ["kafka_topic", "kafka_partition", "kafka_offset"]
+
+
 def test_invalid_definitions_are_rejected_naming_file_and_field(tmp_path: Path) -> None:
     base = TRIPS.format(extra_columns="", partition_by="city", retention="interval 7 days",
                         zorder_by="trip_id")
@@ -393,6 +425,8 @@ def test_invalid_definitions_are_rejected_naming_file_and_field(tmp_path: Path) 
                                                     "nosuch >= 0"),
         "silver/silver_e.yaml": lambda t: t + "colour: blue\n",
         "gold/silver_f.yaml": lambda t: t,
+        **{relative: lambda _, text=text: "name: silver_trips\n" + text
+           for relative, text in SHAPED.items()},
     }
     for relative, edit in edits.items():
         path = tmp_path / relative
