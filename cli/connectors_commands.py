@@ -44,7 +44,7 @@ from connectors.connect_sync import (
     validation_errors,
     wait_for_state,
 )
-from settings import ConfigError
+from settings import ConfigError, Settings
 
 OK, FAILURE, BAD_INPUT = exit_codes.OK, exit_codes.FAILED, exit_codes.BAD_INPUT
 
@@ -55,8 +55,14 @@ err = console  # the shared terminal (cli/terminal.py)
 @contextmanager
 def _worker(ctx: click.Context) -> Iterator[ConnectClient]:
     """A client of the configured worker; Connect and file errors become exit codes."""
+    with _worker_of(settings_of(ctx)) as client:
+        yield client
+
+
+@contextmanager
+def _worker_of(settings: Settings) -> Iterator[ConnectClient]:
     try:
-        with ConnectClient.of(settings_of(ctx)) as client:
+        with ConnectClient.of(settings) as client:
             yield client
     except ConnectorFileError as exc:
         err.print("[red]connector files rejected[/red] (nothing was sent):")
@@ -76,14 +82,18 @@ def _worker(ctx: click.Context) -> Iterator[ConnectClient]:
 
 def _files(ctx: click.Context, names: tuple[str, ...]) -> list[ConnectorFile]:
     """The repository's connector files (all checked), narrowed to `names` if given."""
-    connectors = load_connector_dir(ctx.obj["connectors_dir"], settings_of(ctx))
+    return _files_in(settings_of(ctx), ctx.obj["connectors_dir"], names)
+
+
+def _files_in(settings: Settings, folder: Path, names: tuple[str, ...]) -> list[ConnectorFile]:
+    connectors = load_connector_dir(folder, settings)
     if not names:
         return connectors
     known = {c.name: c for c in connectors}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise click.UsageError(f"no connector file named {', '.join(unknown)} in "
-                               f"{ctx.obj['connectors_dir']} (known: {', '.join(sorted(known))})")
+                               f"{folder} (known: {', '.join(sorted(known))})")
     return [known[n] for n in names]
 
 
@@ -186,7 +196,7 @@ def diff(ctx: click.Context, names: tuple[str, ...], exit_code: bool) -> None:
     sys.exit(FAILURE if exit_code and differing else OK)
 
 
-def _make_topics(ctx: click.Context, connector: ConnectorFile) -> str:
+def _make_topics(settings: Settings, connector: ConnectorFile) -> str:
     """Create the topics the connector will write (the worker creates none); the reason
     it cannot start, or ""."""
     from connectors.topic_definitions import TopicFileError
@@ -194,7 +204,7 @@ def _make_topics(ctx: click.Context, connector: ConnectorFile) -> str:
     from connectors.topic_producers import connector_topics
 
     try:
-        created = ensure_connector_topics(settings_of(ctx), list(connector_topics(connector)),
+        created = ensure_connector_topics(settings, list(connector_topics(connector)),
                                           str(connector.path))
     except TopicFileError as exc:
         return "; ".join(exc.problems)
@@ -218,10 +228,18 @@ def apply(ctx: click.Context, names: tuple[str, ...], wait: bool, timeout: float
     Each new or changed config is validated by the worker first; one with field errors is
     not applied. Exit 1 if any connector could not be applied or failed to start.
     """
+    apply_connectors(settings_of(ctx), ctx.obj["connectors_dir"], names, wait, timeout)
+
+
+def apply_connectors(settings: Settings, folder: Path = CONNECTORS_DIR,
+                     names: tuple[str, ...] = (), wait: bool = True,
+                     timeout: float = 60.0) -> None:
+    """`lakehouse connectors apply` (its lines; SystemExit with its exit code, 0 included):
+    the command's body, which `lakehouse ingest` runs in its own process."""
     counts = {NEW: 0, CHANGED: 0, UNCHANGED: 0}
     failures = 0
-    with _worker(ctx) as client:
-        diffs = plan(client, _files(ctx, names), include_unmanaged=not names)
+    with _worker_of(settings) as client:
+        diffs = plan(client, _files_in(settings, folder, names), include_unmanaged=not names)
         for item in diffs:
             if item.state == UNMANAGED:
                 out.print(f"[yellow]note[/yellow]: {item.name} runs on the worker but is not in "
@@ -240,7 +258,7 @@ def apply(ctx: click.Context, names: tuple[str, ...], wait: bool, timeout: float
                     out.print(f"  {item.connector.path}: {error.field}: {error.message}",
                               markup=False)
                 continue
-            topics_error = _make_topics(ctx, item.connector)
+            topics_error = _make_topics(settings, item.connector)
             if topics_error:
                 failures += 1
                 out.print(f"[red]not applied[/red] {escape(item.name)}: {escape(topics_error)}")

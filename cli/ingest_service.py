@@ -1,6 +1,7 @@
 """`lakehouse ingest`: the whole pipeline as one service.
 
-Order matters and each step is idempotent, so the command can be re-run at any time:
+Order matters and each step is idempotent, so the command can be re-run at any time (each
+step does what its own `lakehouse` command does, in this process):
 stack up (embedded) -> tables apply -> rentals provision and seed (embedded) -> connectors apply ->
 feed simulator (embedded) -> scrapers -> bronze -> silver -> gold. With
 `--until-caught-up` every source is read once, every layer drains and the command exits;
@@ -10,8 +11,6 @@ otherwise everything keeps running until Ctrl-C/SIGTERM, with a progress line pe
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -49,14 +48,27 @@ class IngestOptions:
     skip: set[str] = field(default_factory=set)
 
 
-def run_step(settings: Settings, report: Report, *args: str, timeout: float = 600) -> None:
-    """Run `lakehouse <args>` as its own process (the same command a user would type)."""
-    command = [sys.executable, "-m", "cli.main", "--profile", settings.profile, *args]
-    report(f"step: lakehouse {' '.join(args)}")
-    result = subprocess.run(command, cwd=settings.project_dir, timeout=timeout, check=False)
-    if result.returncode != 0:
-        raise IngestError(f"step `lakehouse {' '.join(args)}` failed with exit code "
-                          f"{result.returncode} (its output is above)")
+def run_step(report: Report, command: str, step: Callable[[], object]) -> None:
+    """Do what `lakehouse <command>` does, in this process (no interpreter start and no
+    second import of the CLI): its lines as that command prints them, and its failure as
+    its exit code would say."""
+    from cli.exit_codes import BAD_INPUT
+    from cli.terminal import console
+    from infra.components.base import StackError
+
+    report(f"step: lakehouse {command}")
+    try:
+        step()
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    except (ConfigError, StackError) as exc:
+        console.print("[red]error:[/red] ", end="")
+        console.print(str(exc), markup=False)
+        code = BAD_INPUT
+    if code:
+        raise IngestError(f"step `lakehouse {command}` failed with exit code {code} (its "
+                          "output is above)")
 
 
 def bronze_topics(settings: Settings, report: Report) -> list[str]:
@@ -79,19 +91,24 @@ def prepare(settings: Settings, options: IngestOptions, report: Report,
     ingest's own session: its driver starts as soon as the servers are up (it needs the
     metastore's database) and runs its start beside the other steps; the tables' DDL
     waits for it when there is any."""
+    from cli.connectors_commands import apply_connectors
+    from cli.main import bring_up
+    from cli.rentals_commands import provision_rentals, seed_rentals
+    from cli.topics_commands import apply_topics
+
     embedded = settings.embedded.enabled
     if embedded:
-        run_step(settings, report, "up")
+        run_step(report, "up", lambda: bring_up(settings))
     spark.begin()
-    run_step(settings, report, "topics", "apply")
+    run_step(report, "topics apply", lambda: apply_topics(settings))
     apply_tables(settings, report, spark.get)
     write_dbt_sources(settings, report)
     if embedded and "rentals" not in options.skip:
         # the roles too: a server started by an older version has not got them yet
-        run_step(settings, report, "rentals", "provision")
-        run_step(settings, report, "rentals", "seed")
+        run_step(report, "rentals provision", lambda: provision_rentals(settings))
+        run_step(report, "rentals seed", lambda: seed_rentals(settings))
     if "connectors" not in options.skip:
-        run_step(settings, report, "connectors", "apply", "--wait")
+        run_step(report, "connectors apply --wait", lambda: apply_connectors(settings))
 
 
 def apply_tables(settings: Settings, report: Report, spark: Callable[[], SparkSession]) -> None:

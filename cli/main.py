@@ -32,7 +32,7 @@ from infra.components.base import StackError
 from infra.components.postgres import Postgres
 from infra.install import SetupError, run_setup
 from infra.stack import Stack, replication_advice
-from settings import ConfigError
+from settings import ConfigError, Settings
 from settings.env_file import ensure_env_file
 from settings.layout import StateLayout
 from spark_streaming.table_lock import TableBusy, running_alone
@@ -127,6 +127,12 @@ def up(ctx: click.Context, brokers: int | None, sql_endpoint: bool | None,
         _say(f"{brokers} Kafka brokers for this start; other commands bootstrap from every "
              f"broker only with LAKEHOUSE_EMBEDDED__KAFKA_BROKERS={brokers} (or "
              "embedded.kafka_brokers in lakehouse.yaml)")
+    bring_up(settings)
+
+
+def bring_up(settings: Settings) -> None:
+    """`lakehouse up`'s body (StackError when a server does not come up), which
+    `lakehouse ingest` runs in its own process."""
     advice = replication_advice(settings)
     if advice:
         _say(f"[yellow]note:[/yellow] {advice}")

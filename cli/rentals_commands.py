@@ -36,7 +36,11 @@ def rentals() -> None:
 @click.pass_context
 def seed_command(ctx: click.Context) -> None:
     """Create the schema and the stations and bikes (idempotent: a second run adds nothing)."""
-    settings = settings_of(ctx)
+    seed_rentals(settings_of(ctx))
+
+
+def seed_rentals(settings: Settings) -> None:
+    """`lakehouse rentals seed`'s body (SystemExit when the database is unreachable)."""
     with _connect(settings) as conn:
         result = seed(conn, settings.rentals)
     if result.stations_added or result.bikes_added:
@@ -55,9 +59,13 @@ def provision(ctx: click.Context) -> None:
     practice a superuser); `lakehouse up` does it for the embedded PostgreSQL. Idempotent:
     a second run changes nothing.
     """
+    provision_rentals(settings_of(ctx))
+
+
+def provision_rentals(settings: Settings) -> None:
+    """`lakehouse rentals provision`'s body (SystemExit 1 when it fails)."""
     from connectors.rentals.roles import provision as provision_roles
 
-    settings = settings_of(ctx)
     try:
         changes = provision_roles(settings)
     except (psycopg.Error, ValueError) as exc:

@@ -61,10 +61,9 @@ def _problems(settings: Settings, folder: Path, specs: list[TopicSpec]) -> list[
     return problems
 
 
-def _checked_specs(ctx: click.Context, folder: Path) -> list[TopicSpec]:
+def _checked_specs(settings: Settings, folder: Path) -> list[TopicSpec]:
     from connectors.kafka_acls import AclFileError, desired_grants
 
-    settings = settings_of(ctx)
     specs = topic_specs(settings, folder)
     problems = _problems(settings, folder, specs)
     try:
@@ -94,18 +93,17 @@ def topics() -> None:
 def validate(ctx: click.Context, topics_dir: Path) -> None:
     """Check the files (and the ACL file) and that every topic a scraper or connector
     writes is declared."""
-    specs = _checked_specs(ctx, topics_dir)
+    specs = _checked_specs(settings_of(ctx), topics_dir)
     say(f"{len(specs)} topics declared in {topics_dir}, every produced topic among them")
 
 
-def _plan(ctx: click.Context, specs: list[TopicSpec]) -> tuple[list, list[str], AclPlan]:
+def _plan(settings: Settings, specs: list[TopicSpec]) -> tuple[list, list[str], AclPlan]:
     """The changes apply would make, the broker's topics no file declares, and the ACLs
     missing from or beyond connectors/kafka_acls.yaml."""
     from clients import kafka_admin
     from connectors import kafka_acls
     from connectors.topic_manager import plan, undeclared_topics
 
-    settings = settings_of(ctx)
     try:
         admin = kafka_admin(settings)
         return (plan(admin, specs), undeclared_topics(settings, admin, specs),
@@ -126,8 +124,9 @@ def diff(ctx: click.Context, topics_dir: Path) -> None:
     (apply leaves both alone)."""
     from connectors.topic_manager import REFUSED
 
-    specs = _checked_specs(ctx, topics_dir)
-    changes, undeclared, acls = _plan(ctx, specs)
+    settings = settings_of(ctx)
+    specs = _checked_specs(settings, topics_dir)
+    changes, undeclared, acls = _plan(settings, specs)
     for change in changes:
         marker = "!" if change.kind == REFUSED else "+"
         click.echo(f"{marker} {change.spec.name}: {change.kind}: {change.detail}")
@@ -150,11 +149,10 @@ def diff(ctx: click.Context, topics_dir: Path) -> None:
         sys.exit(EXIT_DRIFT)
 
 
-def _store_logins(ctx: click.Context) -> None:
+def _store_logins(settings: Settings) -> None:
     """The client roles' SCRAM logins (kafka.auth sasl), stored as the operator."""
     from infra.kafka_logins import store_scram_logins
 
-    settings = settings_of(ctx)
     try:
         users = store_scram_logins(settings)
     except KafkaException as exc:
@@ -172,16 +170,22 @@ def apply(ctx: click.Context, topics_dir: Path) -> None:
     """Store the client roles' Kafka logins (kafka.auth sasl), create missing topics, add
     partitions, set configs, add the ACLs of connectors/kafka_acls.yaml; a second run
     changes nothing."""
+    apply_topics(settings_of(ctx), topics_dir)
+
+
+def apply_topics(settings: Settings, topics_dir: Path = TOPICS_DIR) -> None:
+    """`lakehouse topics apply` (its lines; SystemExit with its exit code when it fails):
+    the command's body, which `lakehouse ingest` runs in its own process."""
     from clients import kafka_admin
     from connectors import kafka_acls
     from connectors.topic_manager import apply_plan
 
-    specs = _checked_specs(ctx, topics_dir)
-    _store_logins(ctx)
-    changes, _undeclared, acls = _plan(ctx, specs)
-    outcome = apply_plan(kafka_admin(settings_of(ctx)), changes)
+    specs = _checked_specs(settings, topics_dir)
+    _store_logins(settings)
+    changes, _undeclared, acls = _plan(settings, specs)
+    outcome = apply_plan(kafka_admin(settings), changes)
     try:
-        kafka_acls.add_grants(settings_of(ctx), acls.missing)
+        kafka_acls.add_grants(settings, acls.missing)
     except KafkaException as exc:
         console.print(f"[red]error:[/red] adding the ACLs of {kafka_acls.ACLS_FILE} failed: "
                       f"{escape(str(exc))}")
