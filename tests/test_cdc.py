@@ -26,7 +26,7 @@ from connectors.rentals.database import connect
 from connectors.rentals.roles import cdc_capture, ensure_publication
 from infra.stack import Stack
 from settings import Settings
-from tests.conftest import run_cli
+from tests.conftest import invoke_cli, run_cli
 from tests.connect_support import (
     Record,
     delete_connector,
@@ -87,7 +87,7 @@ def _log_tail(log: Path, lines: int = 40) -> str:
 def cdc(stack: Stack, settings: Settings, tmp_path_factory: pytest.TempPathFactory
         ) -> Iterator[CdcConnector]:
     """The repository's rentals-cdc connector on a slot, publication and topics of its own."""
-    assert run_cli("rentals", "seed").returncode == 0
+    assert invoke_cli("rentals", "seed").returncode == 0
     suffix = unique("")
     document = repo_connector("rentals-cdc.json")
     document["name"] = f"test-cdc-{suffix}"
@@ -103,7 +103,7 @@ def cdc(stack: Stack, settings: Settings, tmp_path_factory: pytest.TempPathFacto
         ensure_publication(conn, slot, capture.tables)
     folder = tmp_path_factory.mktemp("cdc")
     make_connector_topics(settings, write_connector(folder, document))
-    applied = run_cli("connectors", "--dir", str(folder), "apply")
+    applied = invoke_cli("connectors", "--dir", str(folder), "apply")
     assert applied.returncode == 0, applied.stdout + applied.stderr
     try:
         _wait(lambda: _slot_active(settings, slot), 60, f"replication slot {slot} in use")
@@ -263,9 +263,9 @@ def test_status_shows_the_trace_of_a_failed_task(
     name = document["name"]
     with ConnectClient.of(settings) as client:
         try:
-            run_cli("connectors", "--dir", str(tmp_path), "apply", "--no-wait")
+            invoke_cli("connectors", "--dir", str(tmp_path), "apply", "--no-wait")
             _wait(lambda: "FAILED" in str(client.status(name)), 90, f"{name} to fail")
-            status = run_cli("connectors", "--dir", str(tmp_path), "status", name)
+            status = invoke_cli("connectors", "--dir", str(tmp_path), "status", name)
             assert status.returncode == 1, status.stdout + status.stderr
             assert f"task {name}-0 FAILED:" in status.stdout
             assert f'replication slot "{cdc.slot}" is active' in status.stdout
@@ -322,7 +322,7 @@ def test_the_same_seed_makes_the_same_changes(stack: Stack, settings: Settings) 
 
 
 def test_rentals_seed_is_idempotent(stack: Stack) -> None:
-    assert run_cli("rentals", "seed").returncode == 0
-    again = run_cli("rentals", "seed")
+    assert invoke_cli("rentals", "seed").returncode == 0
+    again = invoke_cli("rentals", "seed")
     assert again.returncode == 0, again.stderr
     assert "nothing added" in again.stderr

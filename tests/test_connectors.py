@@ -15,7 +15,7 @@ from clients import kafka_admin
 from connectors.connect_client import ConnectClient
 from infra.stack import Stack
 from settings import Settings, load_settings
-from tests.conftest import TEST_PROFILE, run_cli
+from tests.conftest import TEST_PROFILE, invoke_cli
 from tests.connect_support import (
     cli_with_input,
     delete_connector,
@@ -60,7 +60,7 @@ def trips(tmp_path: Path, settings: Settings,
 
 
 def _connectors(folder: Path, *args: str) -> Any:
-    return run_cli("connectors", "--dir", str(folder), *args)
+    return invoke_cli("connectors", "--dir", str(folder), *args)
 
 
 def _config_topic_records(settings: Settings) -> int:
@@ -74,8 +74,8 @@ def test_repository_connector_files_are_valid_on_the_worker(
 ) -> None:
     # rentals-cdc validation connects to PostgreSQL with ${env:LAKEHOUSE_POSTGRES__CDC_PASSWORD},
     # so this also proves the worker process received the secret from the environment.
-    assert run_cli("rentals", "seed").returncode == 0
-    result = run_cli("connectors", "validate")
+    assert invoke_cli("rentals", "seed").returncode == 0
+    result = invoke_cli("connectors", "validate")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "valid   rentals-cdc" in result.stdout
     assert "valid   trips-file-source" in result.stdout

@@ -25,7 +25,7 @@ from lakehouse.storage import spark_uri, storage_options
 from lakehouse.table_manager import apply_plan, plan_table, table_location
 from settings import Settings
 from spark_streaming.gold import run_gold
-from tests.conftest import run_cli
+from tests.conftest import invoke_cli
 
 SYSTEM = "lakeside"
 DAY = date(2026, 3, 2)
@@ -274,13 +274,13 @@ def test_incremental_replaces_only_affected_keys(built: Built, spark: SparkSessi
 
 
 def test_cli_rejects_unknown_table() -> None:
-    result = run_cli("gold", "--table", "gold_nope")
+    result = invoke_cli("gold", "--table", "gold_nope")
     assert result.returncode == 2
     assert "gold_nope" in result.stderr and "gold_station_availability_15min" in result.stderr
 
 
 def test_cli_names_missing_tables(stack: Stack) -> None:
-    result = run_cli("gold", env={"LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX":
+    result = invoke_cli("gold", env={"LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX":
                                   f"test-gold/empty-{uuid.uuid4().hex[:8]}"})
     assert result.returncode == 2, result.stderr
     assert "gold_station_availability_15min does not exist" in result.stderr
@@ -290,7 +290,7 @@ def test_cli_names_missing_tables(stack: Stack) -> None:
 def test_cli_with_nothing_new_does_nothing(built: Built) -> None:
     lake = built.lake
     versions = {name: lake.table(name).version() for name in GOLD}
-    result = run_cli("gold", env={"LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX":
+    result = invoke_cli("gold", env={"LAKEHOUSE_LAKEHOUSE__TABLES_PREFIX":
                                   lake.settings.lakehouse.tables_prefix})
     assert result.returncode == 0, result.stderr
     assert "up to date with silver, nothing to do" in result.stderr

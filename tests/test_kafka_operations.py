@@ -25,7 +25,7 @@ from connectors.connect_client import ConnectClient
 from connectors.kafka_acls import WRITE, allow_topics
 from infra.stack import Stack
 from settings import Settings
-from tests.conftest import PROJECT_DIR, TEST_PROFILE, run_cli
+from tests.conftest import PROJECT_DIR, TEST_PROFILE, invoke_cli
 
 pytestmark = pytest.mark.stack
 
@@ -105,7 +105,7 @@ def _lines(stdout: str) -> list[dict[str, Any]]:
 
 
 def _groups(*names: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    result = run_cli("kafka", "groups", *names, "--json", env=env, timeout=60)
+    result = invoke_cli("kafka", "groups", *names, "--json", env=env)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -163,8 +163,8 @@ def test_two_consumers_of_a_group_split_the_partitions_and_another_group_replays
     assert sorted(read) == sorted(values)  # together every record, none twice
 
     # Another group starts from the beginning on its own: every record again.
-    replay = run_cli("kafka", "consume", short, "--group", f"kops-replay-{RUN}",
-                     "--from-beginning", "--max-messages", "30", "--timeout", "20", timeout=60)
+    replay = invoke_cli("kafka", "consume", short, "--group", f"kops-replay-{RUN}",
+                     "--from-beginning", "--max-messages", "30", "--timeout", "20")
     assert replay.returncode == 0, replay.stderr
     assert sorted(r["value"] for r in _lines(replay.stdout)) == sorted(values)
     report = _groups(group, f"kops-replay-{RUN}")
@@ -201,8 +201,8 @@ def test_groups_shows_lag_then_zero_after_consuming(
     assert {(p["partition"], p["position"], p["log_end"], p["lag"])
             for p in behind["partitions"]} == {(0, 4, 7, 3), (1, 4, 7, 3), (2, 4, 7, 3)}
 
-    caught = run_cli("kafka", "consume", short, "--group", group, "--max-messages", "9",
-                     "--timeout", "20", timeout=60)
+    caught = invoke_cli("kafka", "consume", short, "--group", group, "--max-messages", "9",
+                     "--timeout", "20")
     assert caught.returncode == 0, caught.stderr
     assert sorted(r["value"] for r in _lines(caught.stdout)) == sorted(
         f"second-{i}" for i in range(9))
@@ -214,8 +214,8 @@ def test_consume_from_beginning_returns_the_records_and_commits_nothing(
 ) -> None:
     short, topic = new_topic(2)
     values = _produce(settings, topic, 2, 6)
-    result = run_cli("kafka", "consume", topic, "--from-beginning", "--max-messages", "6",
-                     "--timeout", "20", "--headers", timeout=60)
+    result = invoke_cli("kafka", "consume", topic, "--from-beginning", "--max-messages", "6",
+                     "--timeout", "20", "--headers")
     assert result.returncode == 0, result.stderr
     records = _lines(result.stdout)
     assert sorted(r["value"] for r in records) == sorted(values)
@@ -224,8 +224,8 @@ def test_consume_from_beginning_returns_the_records_and_commits_nothing(
     assert all(r["topic"] == topic and r["headers"] == [["origin", "test"]] for r in records)
     assert all(isinstance(r["timestamp"], int) for r in records)
 
-    one = run_cli("kafka", "consume", short, "--partition", "1", "--offset", "1",
-                  "--max-messages", "2", "--timeout", "20", timeout=60)
+    one = invoke_cli("kafka", "consume", short, "--partition", "1", "--offset", "1",
+                  "--max-messages", "2", "--timeout", "20")
     assert one.returncode == 0, one.stderr
     assert [(r["partition"], r["offset"], r["value"]) for r in _lines(one.stdout)] == [
         (1, 1, "v-3"), (1, 2, "v-5")]
@@ -249,8 +249,8 @@ def test_produce_writes_each_stdin_line_and_fails_on_bad_lines(
     assert "2 of 3 record(s) delivered" in bad.stderr and "1 failed" in bad.stderr
     assert sum(_ends(settings, topic).values()) == 27
 
-    keyed = run_cli("kafka", "consume", short, "--from-beginning", "--max-messages", "27",
-                    "--timeout", "20", timeout=60)
+    keyed = invoke_cli("kafka", "consume", short, "--from-beginning", "--max-messages", "27",
+                    "--timeout", "20")
     pairs = {(r["key"], r["value"]) for r in _lines(keyed.stdout)}
     assert ("station-7", '{"n": 7}') in pairs and ("b", "two") in pairs
 
@@ -263,7 +263,7 @@ def test_topics_describes_partitions_leaders_isr_configs_and_offsets(
 ) -> None:
     short, topic = new_topic(3, {"retention.ms": "3600000"})
     _produce(settings, topic, 3, 5)
-    result = run_cli("kafka", "topics", short, "--json", timeout=60)
+    result = invoke_cli("kafka", "topics", short, "--json")
     assert result.returncode == 0, result.stderr
     [described] = json.loads(result.stdout)
     assert described["topic"] == topic and described["declared"] is None
@@ -275,12 +275,12 @@ def test_topics_describes_partitions_leaders_isr_configs_and_offsets(
         assert p["isr"] == p["replicas"] and p["earliest"] == 0
     assert [p["end"] for p in partitions] == [2, 2, 1]
 
-    text = run_cli("kafka", "topics", timeout=60)
+    text = invoke_cli("kafka", "topics")
     assert text.returncode == 0, text.stderr
     assert f"Topic: {topic}  PartitionCount: 3  ReplicationFactor: 1" in text.stdout
     assert "Isr: " in text.stdout and "Offsets: 0..2" in text.stdout
     assert "__consumer_offsets" not in text.stdout
-    missing = run_cli("kafka", "topics", f"no_such_topic_{RUN}", timeout=60)
+    missing = invoke_cli("kafka", "topics", f"no_such_topic_{RUN}")
     assert missing.returncode == 1 and "no_such_topic" in missing.stderr
 
 
@@ -330,7 +330,11 @@ def test_groups_shows_a_connect_source_connectors_offsets(
             size = source.stat().st_size
 
             def progress() -> dict[str, Any] | None:
-                found = [c for c in _groups(f"connect:{name}")["connectors"]
+                result = invoke_cli("kafka", "groups", f"connect:{name}", "--json")
+                if result.returncode != 0 and "no such group" in result.stderr:
+                    return None  # the worker has not listed the new connector yet
+                assert result.returncode == 0, result.stderr
+                found = [c for c in json.loads(result.stdout)["connectors"]
                          if c["offsets"] and c["offsets"][0]["offset"]["position"] == size]
                 return found[0] if found else None
 

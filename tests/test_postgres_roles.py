@@ -18,7 +18,7 @@ from connectors.connect_config import CONNECTORS_DIR, load_connector_file
 from connectors.rentals.database import apply_schema, connect
 from infra.stack import Stack
 from settings import Settings, project_environment
-from tests.conftest import run_cli
+from tests.conftest import invoke_cli
 from tests.connect_support import unique
 
 pytestmark = pytest.mark.stack
@@ -39,7 +39,7 @@ def _cdc_login(settings: Settings) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def seeded(stack: Stack, settings: Settings) -> Settings:
-    result = run_cli("rentals", "seed")
+    result = invoke_cli("rentals", "seed")
     assert result.returncode == 0, result.stdout + result.stderr
     return settings
 
@@ -170,7 +170,7 @@ def test_the_app_role_changes_the_rentals_tables(seeded: Settings) -> None:
 
 def test_provision_again_changes_nothing(seeded: Settings) -> None:
     before = _snapshot(seeded)
-    result = run_cli("rentals", "provision")
+    result = invoke_cli("rentals", "provision")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "nothing changed" in result.stderr, result.stderr
     assert _snapshot(seeded) == before
@@ -183,10 +183,10 @@ def test_provision_restores_a_password_that_differs_from_env(
     with postgres_connect(seeded) as admin:
         admin.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
             sql.Identifier(user), sql.Literal(unique("stale-"))))
-    result = run_cli("rentals", "provision")
+    result = invoke_cli("rentals", "provision")
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"set the password of role {user}" in result.stderr
-    assert "nothing changed" in run_cli("rentals", "provision").stderr
+    assert "nothing changed" in invoke_cli("rentals", "provision").stderr
 
 
 def test_provision_upgrades_a_database_made_before_the_roles(seeded: Settings) -> None:
@@ -199,7 +199,7 @@ def test_provision_upgrades_a_database_made_before_the_roles(seeded: Settings) -
     try:
         with postgres_connect(seeded, dbname=database) as old:
             apply_schema(old)
-        result = run_cli("rentals", "provision", env={"LAKEHOUSE_POSTGRES__DATABASE": database})
+        result = invoke_cli("rentals", "provision", env={"LAKEHOUSE_POSTGRES__DATABASE": database})
         assert result.returncode == 0, result.stdout + result.stderr
         with postgres_connect(seeded, dbname=database) as admin:
             owners = dict(admin.execute(
@@ -216,7 +216,7 @@ def test_provision_upgrades_a_database_made_before_the_roles(seeded: Settings) -
                              password=password, autocommit=True) as cdc:
             assert cdc.execute("SELECT count(*) FROM stations").fetchone() == (1,)
             _denied(cdc, "DELETE FROM stations")
-        again = run_cli("rentals", "provision", env={"LAKEHOUSE_POSTGRES__DATABASE": database})
+        again = invoke_cli("rentals", "provision", env={"LAKEHOUSE_POSTGRES__DATABASE": database})
         assert "nothing changed" in again.stderr, again.stdout + again.stderr
     finally:
         with postgres_connect(seeded, dbname="postgres") as admin:

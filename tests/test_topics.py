@@ -14,7 +14,7 @@ from clients import kafka_admin, kafka_config
 from connectors.topic_definitions import TOPICS_DIR
 from infra.stack import Stack
 from settings import Settings
-from tests.conftest import run_cli
+from tests.conftest import invoke_cli
 from tests.connect_support import cli_with_input
 
 
@@ -42,14 +42,14 @@ def _live(settings: Settings, topic: str) -> tuple[int, str]:
 
 
 def test_repository_topic_files_declare_every_produced_topic() -> None:
-    result = run_cli("topics", "validate")
+    result = invoke_cli("topics", "validate")
     assert result.returncode == 0, result.stderr
     assert "every produced topic among them" in result.stderr
 
 
 def test_an_undeclared_produced_topic_fails_validate(topics_dir: Path) -> None:
     (topics_dir / "trips_csv.yaml").unlink()
-    result = run_cli("topics", "validate", "--topics-dir", str(topics_dir))
+    result = invoke_cli("topics", "validate", "--topics-dir", str(topics_dir))
     assert result.returncode == 2, result.stderr
     assert "trips_csv (written by trips-file-source.json) is declared by no file" in result.stderr
     # and the bronze table that reads it has no declared source any more
@@ -62,7 +62,7 @@ def test_a_topic_without_a_bronze_table_definition_fails_validate(topics_dir: Pa
     weather = topics_dir / "weather.yaml"
     weather.write_text(weather.read_text().replace("consumer: bronze_bikes_weather",
                                                    "consumer: bronze_bikes_weather_v2"))
-    result = run_cli("topics", "validate", "--topics-dir", str(topics_dir))
+    result = invoke_cli("topics", "validate", "--topics-dir", str(topics_dir))
     assert result.returncode == 2, result.stderr
     problem = f"{weather}: consumer: 'bronze_bikes_weather_v2' is not a table definition"
     assert result.stderr.count(problem) == 1, result.stderr
@@ -77,30 +77,30 @@ def test_apply_creates_converges_and_refuses_what_kafka_cannot_do(
     test_file.write_text(_topic_file(name, 1, 3_600_000))
     folder = ("--topics-dir", str(topics_dir))
 
-    first = run_cli("topics", "apply", *folder)
+    first = invoke_cli("topics", "apply", *folder)
     assert first.returncode == 0, first.stderr
     assert f"{topic}: create: 1 partition(s), replication factor 1" in first.stderr
     assert _live(settings, topic) == (1, "3600000")
 
-    again = run_cli("topics", "apply", *folder)
+    again = invoke_cli("topics", "apply", *folder)
     assert again.returncode == 0, again.stderr
     assert "nothing to do" in again.stderr
-    assert run_cli("topics", "diff", *folder).returncode == 0
+    assert invoke_cli("topics", "diff", *folder).returncode == 0
 
     test_file.write_text(_topic_file(name, 2, 7_200_000))
-    drift = run_cli("topics", "diff", *folder)
+    drift = invoke_cli("topics", "diff", *folder)
     assert drift.returncode == 1, drift.stderr
     assert f"+ {topic}: partitions: 1 -> 2 partitions" in drift.stdout
     assert f"+ {topic}: configs: retention.ms: 3600000 -> 7200000" in drift.stdout
-    converged = run_cli("topics", "apply", *folder)
+    converged = invoke_cli("topics", "apply", *folder)
     assert converged.returncode == 0, converged.stderr
     assert _live(settings, topic) == (2, "7200000")
 
     test_file.write_text(_topic_file(name, 1, 7_200_000))
-    refused_diff = run_cli("topics", "diff", *folder)
+    refused_diff = invoke_cli("topics", "diff", *folder)
     assert refused_diff.returncode == 3, refused_diff.stderr
     assert "Kafka cannot remove partitions" in refused_diff.stdout
-    refused = run_cli("topics", "apply", *folder)
+    refused = invoke_cli("topics", "apply", *folder)
     assert refused.returncode == 3, refused.stderr
     assert f"! {topic}: REFUSED" in refused.stderr
     assert _live(settings, topic) == (2, "7200000")
@@ -130,7 +130,7 @@ def test_the_broker_creates_no_topic_and_diff_names_one_made_outside_the_files(
 
     admin.create_topics([NewTopic(stray, 1, 1)])[stray].result(20)
     try:
-        diff = run_cli("topics", "diff")
+        diff = invoke_cli("topics", "diff")
         assert diff.returncode == 0, diff.stdout + diff.stderr
         assert f"? {stray}: on the broker, declared by no file" in diff.stdout
         assert "undeclared on the broker" in diff.stderr
