@@ -51,7 +51,10 @@ def set_verbosity(verbose: bool, quiet: bool) -> None:
     root.setLevel(logging.DEBUG if _state["verbosity"] == _VERBOSE else logging.INFO)
     if not any(isinstance(h, _ProjectWarnings) for h in root.handlers):
         root.addHandler(_ProjectWarnings())
-    for package in ("py4j", "urllib3", "botocore", "s3transfer", "httpx", "asyncio"):
+    # chatter at INFO (Great Expectations' import logs a line per API it leaves out of
+    # its own docs: 214 lines in every quality run's log file)
+    for package in ("py4j", "urllib3", "botocore", "s3transfer", "httpx", "asyncio",
+                    "great_expectations._docs_decorators"):
         logging.getLogger(package).setLevel(logging.WARNING)
 
 

@@ -88,10 +88,9 @@ def _get(value: Column, spark_type: str) -> Column:
     return F.try_variant_get(value, "$", spark_type)
 
 
-def json_type(value: Column) -> Column:
-    """The JSON type of a VARIANT value: string, integer, number, boolean, null, object or
-    array; SQL NULL when the field is absent."""
-    schema = F.schema_of_variant(value)
+def json_type(value: Column, schema: Column) -> Column:
+    """The JSON type of a VARIANT value (`schema`: its `schema_of_variant`): string,
+    integer, number, boolean, null, object or array; SQL NULL when the field is absent."""
     return (F.when(value.isNull(), F.lit(None))
             .when(schema == "VOID", F.lit("null"))
             .when(schema == "STRING", F.lit("string"))
@@ -116,10 +115,11 @@ def _from_variant(value: Column, got: Column, field_type: str) -> Column:
         _debezium_timestamp(_get(value, "string")))
 
 
-def typed_field(value: Column, name: str, field_type: str, max_bytes: int,
+def typed_field(value: Column, got: Column, name: str, field_type: str, max_bytes: int,
                 text_only: bool = False) -> tuple[Column, Column]:
-    """(typed column, problem or null) for the VARIANT `value` of field `name`."""
-    got = json_type(value)
+    """(typed column, problem or null) for the VARIANT `value` of field `name`, whose JSON
+    type is `got` (`json_type`). Both are best column references: each appears several
+    times below, and a copy of an expression is analysed and evaluated once per copy."""
     text = _get(value, "string")  # the string, for values that are JSON strings
     if text_only:
         typed = TEXT_CONVERTERS[field_type](F.when(got == "string", text))
@@ -137,4 +137,4 @@ def typed_field(value: Column, name: str, field_type: str, max_bytes: int,
                        F.lit(f" bytes, more than the table's maximum of {max_bytes}")))
         .when(typed.isNull(), F.concat(F.lit(f"{name}: "), shown,
                                        F.lit(f" does not fit {field_type}"))))
-    return F.when(problem.isNull(), typed), problem
+    return typed, problem

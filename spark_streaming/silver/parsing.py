@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from lakehouse.definitions import TableDefinition
-from spark_streaming.silver.field_types import typed_field
+from spark_streaming.silver.field_types import json_type, typed_field
 from spark_streaming.silver.spec import PipelineSpec
 
 RAW = {"_b_key": "key", "_b_value": "value", "_b_topic": "topic",
@@ -193,16 +193,32 @@ def _parse_steps(spec: PipelineSpec, table: TableDefinition) -> list[Step]:
         .otherwise(F.col("_parse_error")).alias("_parse_error"),
         variant.alias("_variant"), keys.alias("_keys_found")]
 
-    checked = {name: typed_field(F.try_variant_get(F.col("_variant"), _path(name), "variant"),
-                                 name, kind, spec.max_field_bytes, spec.format == "csv")
-               for name, kind in spec.fields.items()}
-    problems = [problem for _, problem in checked.values()]
+    # Each field's VARIANT value, its schema and JSON type, typed value and problem are
+    # columns of their own: each is referenced several times, and a reference costs the
+    # analyser and the (interpreted) evaluation of a small batch nothing where a copy of
+    # the expression costs them again per copy (the field checks were most of the
+    # parse's plan).
+    slot = {name: f"_f{index}" for index, name in enumerate(fields)}
+    values: Step = ["*", *[F.try_variant_get(F.col("_variant"), _path(name), "variant")
+                           .alias(f"{slot[name]}_value") for name in fields]]
+    schemas: Step = ["*", *[F.schema_of_variant(F.col(f"{slot[name]}_value"))
+                            .alias(f"{slot[name]}_schema") for name in fields]]
+    types: Step = ["*", *[json_type(F.col(f"{slot[name]}_value"), F.col(f"{slot[name]}_schema"))
+                          .alias(f"{slot[name]}_type") for name in fields]]
+    checks: Step = ["*"]
+    for name, kind in spec.fields.items():
+        typed, problem = typed_field(F.col(f"{slot[name]}_value"), F.col(f"{slot[name]}_type"),
+                                     name, kind, spec.max_field_bytes, spec.format == "csv")
+        checks += [typed.alias(f"{slot[name]}_typed"), problem.alias(f"{slot[name]}_problem")]
+    problems = [F.col(f"{slot[name]}_problem") for name in fields]
     if spec.unknown_fields == "quarantine":
         unknown = F.array_except(F.col("_keys_found"), F.array(*map(F.lit, fields)))
         problems.append(F.when(F.size(unknown) > 0,
                                F.concat(F.lit("unknown fields: "),
                                         F.array_join(F.array_sort(unknown), ", "))))
-    with_fields: Step = ["*", *[value.alias(name) for name, (value, _) in checked.items()],
+    with_fields: Step = ["*", *[F.when(F.col(f"{slot[name]}_problem").isNull(),
+                                       F.col(f"{slot[name]}_typed")).alias(name)
+                                for name in fields],
                          F.concat_ws("; ", *problems).alias("_field_problems")]
 
     # Derived columns are SQL over the typed fields; then every column gets its table type.
@@ -215,17 +231,23 @@ def _parse_steps(spec: PipelineSpec, table: TableDefinition) -> list[Step]:
         elif column.name not in expressions:
             expressions[column.name] = F.col(column.name)
     kinds = {c.name: c.type for c in table.columns}
-    casts = {name: expressions[name].try_cast(kinds[name]) for name in kinds}
-    cast_problems = [F.when(expressions[name].isNotNull() & casts[name].isNull(),
+    column = {name: f"_c{index}" for index, name in enumerate(kinds)}
+    derived: Step = ["*", *[expressions[name].alias(f"{column[name]}_value") for name in kinds]]
+    cast: Step = ["*", *[F.col(f"{column[name]}_value").try_cast(kinds[name])
+                         .alias(f"{column[name]}_cast") for name in kinds]]
+    cast_problems = [F.when(F.col(f"{column[name]}_value").isNotNull()
+                            & F.col(f"{column[name]}_cast").isNull(),
                             F.lit(f"column {name}: value does not fit {kinds[name]}"))
                      for name in kinds]
-    reason_schema = F.concat_ws("; ", F.col("_field_problems"), *cast_problems)
+    judged: Step = ["*", F.concat_ws("; ", F.col("_field_problems"), *cast_problems)
+                    .alias("_reason_schema")]
+    reason_schema = F.col("_reason_schema")
     stage = (F.when(F.col("_tombstone"), F.lit(None))
              .when(F.col("_parse_error").isNotNull(), F.lit("parse"))
              .when(reason_schema != "", F.lit("schema")))
     reason = (F.when(F.col("_parse_error").isNotNull(), F.col("_parse_error"))
               .when(reason_schema != "", reason_schema))
     final: Step = [*RAW, "_tombstone", stage.alias("_stage"), reason.alias("_reason"),
-                   *[casts[name].alias(name) for name in kinds]]
-    return [raw, *_message_steps(spec),
-            _strict_utf8(messages, spec), staged, with_fields, final]
+                   *[F.col(f"{column[name]}_cast").alias(name) for name in kinds]]
+    return [raw, *_message_steps(spec), _strict_utf8(messages, spec), staged, values,
+            schemas, types, checks, with_fields, derived, cast, judged, final]
