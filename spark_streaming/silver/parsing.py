@@ -41,9 +41,9 @@ def _message_steps(spec: PipelineSpec) -> list[Step]:
     if spec.format == "csv":
         return [_csv_lines(spec, text)]
     envelope = F.from_json(text, ENVELOPE)
-    source = F.from_json(F.col("_env.source"), SOURCE)
+    source = F.col("_source")  # from_json once, in a step of its own: referenced 5 times
     op = F.col("_env.op")
-    image = F.when(op == "d", F.col("_env.before")).otherwise(F.col("_env.after"))
+    image = F.col("_row_image")
     # never null: a missing schema or table reads as "?" and differs from source_table
     captured = F.concat_ws(".", F.coalesce(source["schema"], F.lit("?")),
                            F.coalesce(source["table"], F.lit("?")))
@@ -63,6 +63,9 @@ def _message_steps(spec: PipelineSpec) -> list[Step]:
               F.lit("Debezium event without a numeric source.lsn"))
     )
     return [["*", envelope.alias("_env"), F.json_object_keys(text).alias("_keys")],
+            ["*", F.from_json(F.col("_env.source"), SOURCE).alias("_source"),
+             F.when(op == "d", F.col("_env.before")).otherwise(F.col("_env.after"))
+             .alias("_row_image")],
             [*RAW, image.alias("_image"),
              F.when(F.col("_b_value").isNull(), F.lit(None)).otherwise(problem)
              .alias("_parse_error"),
@@ -178,20 +181,21 @@ def _parse_steps(spec: PipelineSpec, table: TableDefinition) -> list[Step]:
     raw: Step = [F.col(source).alias(name) for name, source in RAW.items()]
     messages = _message_columns(spec)
     fields = list(spec.fields)
-    variant = F.try_parse_json(F.col("_image"))
-    keys = F.json_object_keys(F.col("_image"))
-    duplicates = _duplicate_keys(keys)
+    variant = F.col("_variant")
+    duplicates = _duplicate_keys(F.col("_keys_found"))
     # parse_json refuses what json_object_keys accepted: repeated names (or a value beyond
     # the VARIANT size limit)
     unreadable = (F.col("_parse_error").isNull() & F.col("_image").isNotNull()
                   & variant.isNull())
+    read: Step = ["*", F.try_parse_json(F.col("_image")).alias("_variant"),
+                  F.json_object_keys(F.col("_image")).alias("_keys_found")]
     staged: Step = [
         *[c for c in messages if c != "_parse_error"],
         F.when(unreadable & (F.size(duplicates) > 0),
                F.concat(F.array_join(duplicates, ", "), F.lit(": field given more than once")))
         .when(unreadable, F.lit("value: not readable as a JSON object"))
         .otherwise(F.col("_parse_error")).alias("_parse_error"),
-        variant.alias("_variant"), keys.alias("_keys_found")]
+        "_variant", "_keys_found"]
 
     # Each field's VARIANT value, its schema and JSON type, typed value and problem are
     # columns of their own: each is referenced several times, and a reference costs the
@@ -249,5 +253,5 @@ def _parse_steps(spec: PipelineSpec, table: TableDefinition) -> list[Step]:
               .when(reason_schema != "", reason_schema))
     final: Step = [*RAW, "_tombstone", stage.alias("_stage"), reason.alias("_reason"),
                    *[F.col(f"{column[name]}_cast").alias(name) for name in kinds]]
-    return [raw, *_message_steps(spec), _strict_utf8(messages, spec), staged, values,
+    return [raw, *_message_steps(spec), _strict_utf8(messages, spec), read, staged, values,
             schemas, types, checks, with_fields, derived, cast, judged, final]

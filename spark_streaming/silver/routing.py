@@ -84,8 +84,11 @@ def route(parsed: DataFrame, spec: PipelineSpec, table: TableDefinition,
         quarantined.append(F.when(F.col("_late"), F.lit(LATE_RULE)))
     failed = (F.filter(F.array(*quarantined), lambda x: x.isNotNull()) if quarantined
               else F.array().cast("array<string>"))
-    with_rules = flagged.select("*", failed.alias("_failed_rules"))
-    net = _safety_net(table)
+    # the safety net's reasons in a column of their own: the stage and the reason both
+    # read them (a reference, not a second copy of every column's check)
+    with_rules = flagged.select("*", failed.alias("_failed_rules"),
+                                _safety_net(table).alias("_net"))
+    net = F.col("_net")
     stage = (F.when(F.col("_stage").isNotNull(), F.col("_stage"))
              .when(F.col("_tombstone"), F.lit(None))
              .when(F.size("_failed_rules") > 0, F.lit("expectations"))
