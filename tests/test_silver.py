@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -580,6 +581,20 @@ def test_size_limits_of_a_spec_are_validated(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=rf"{spec}: max_field_bytes: 2048 is more than "
                                         r"max_record_bytes \(1024\)"):
         load_specs(tmp_path)
+
+
+def test_field_names_that_would_meet_the_pipelines_own_columns_are_refused(
+        tmp_path: Path) -> None:
+    """A field named like the parse's own columns (`_variant`, `_f0_value`, ...) or with a
+    quote (it would end the field's VARIANT path) is refused naming file and field."""
+    text = (PIPELINES_DIR / "silver_station_status.yaml").read_text()
+    spec = tmp_path / "silver_station_status.yaml"
+    for name, problem in (("_f0_value", "cannot start with '_'"),
+                          ("it's", "cannot contain a quote")):
+        spec.write_text(text.replace("  gbfs_version: string", f"  {name!r}: string"))
+        with pytest.raises(SpecError, match=rf"{spec}: fields\.{re.escape(name)}: "
+                                            rf"a field name {problem}"):
+            load_specs(tmp_path)
 
 
 def test_quarantine_offsets_held_come_from_file_statistics() -> None:

@@ -109,6 +109,9 @@ def _check(spec: PipelineSpec, definitions: dict[str, TableDefinition]) -> list[
     for name, kind in spec.fields.items():
         if "'" in name:
             problems.append(f"fields.{name}: a field name cannot contain a quote")
+        if name.startswith("_"):
+            problems.append(f"fields.{name}: a field name cannot start with '_' (the "
+                            "pipeline's own columns do)")
         if kind not in FIELD_TYPES:
             problems.append(f"fields.{name}: unknown type {kind!r} (known: "
                             f"{', '.join(FIELD_TYPES)})")
