@@ -118,8 +118,8 @@ def _from_variant(value: Column, got: Column, field_type: str) -> Column:
 def typed_field(value: Column, got: Column, name: str, field_type: str, max_bytes: int,
                 text_only: bool = False) -> tuple[Column, Column]:
     """(typed column, problem or null) for the VARIANT `value` of field `name`, whose JSON
-    type is `got` (`json_type`). Both are best column references: each appears several
-    times below, and a copy of an expression is analysed and evaluated once per copy."""
+    type is `got` (`json_type`). Pass both as column references: each appears several
+    times below, and every copy of an expression is analysed and evaluated again."""
     text = _get(value, "string")  # the string, for values that are JSON strings
     if text_only:
         typed = TEXT_CONVERTERS[field_type](F.when(got == "string", text))
