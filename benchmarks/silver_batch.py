@@ -14,6 +14,11 @@ the first (which warms the JIT for that size): `seconds` (the query's trigger, S
 table's log), `cpu_s` (the driver's process tree from the append to the silver commit) and each
 phase's seconds as the batch's log line names them. Then the query idles for 30 s:
 `idle_driver_cpu_cores` is what its polling costs.
+
+`BENCH_SILVER_BATCH_HISTORY_DAYS` (default 0): first one batch of that many days of older
+statuses (25 stations a day; the pipeline's lateness bound widened to let them in): the
+table, partitioned by day, then holds a file per day, as a table that has streamed for a
+while holds many, and the measured batches MERGE into it (`table_files` in the result).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from itertools import chain
 from typing import Any
 
 import deltalake
@@ -42,6 +48,7 @@ from spark_streaming.silver.job import run_id, start_query
 from spark_streaming.silver.spec import load_specs
 
 STATIONS = 500
+HISTORY_STATIONS = 25
 IDLE_SECONDS = 30.0  # the query left idle on its 1 s trigger after the batches
 
 
@@ -55,6 +62,23 @@ def sizes() -> list[tuple[int, int]]:
     return chosen
 
 
+class History(Statuses):
+    """`days` daily snapshots of HISTORY_STATIONS stations, the newest a day before the
+    measured statuses begin."""
+
+    def __init__(self, days: int) -> None:
+        super().__init__(HISTORY_STATIONS, HISTORY_STATIONS * days)
+        self.first_updated = int(time.time()) - (days + 1) * 86400
+
+    def key(self, i: int) -> tuple[str, int]:
+        return (f"station-{i % self.stations:04d}",
+                self.first_updated + (i // self.stations) * 86400)
+
+
+def history_days() -> int:
+    return int(os.environ.get("BENCH_SILVER_BATCH_HISTORY_DAYS", "0"))
+
+
 def run(report: Any = print) -> dict[str, Any]:
     return run_benchmark("silver_batch", 1,
                          lambda settings, lake, name: _batches(settings, lake, name, report),
@@ -64,9 +88,12 @@ def run(report: Any = print) -> dict[str, Any]:
 def _batches(settings: Settings, lake: Settings, name: str, report: Any) -> dict[str, Any]:
     plan = sizes()
     events = sum(rows * count for rows, count in plan)
-    report(f"producing {events:,} station_status events; batches {plan}")
+    history = History(history_days())
+    older = HISTORY_STATIONS * history_days()
+    report(f"producing {older:,} older and {events:,} station_status events; batches {plan}")
     statuses = Statuses(STATIONS, events)
-    produce_all(settings, name, (statuses.message(i) for i in range(events)), report)
+    produce_all(settings, name, chain((history.message(i) for i in range(older)),
+                                      (statuses.message(i) for i in range(events))), report)
     spark = build_spark_session(settings, app_name="bench-silver-batch")
     try:
         create_tables(spark, lake)
@@ -79,29 +106,39 @@ def _batches(settings: Settings, lake: Settings, name: str, report: Any) -> dict
         staged.count()
         bronze = DeltaTarget(lake, bronze_table_name(name))
         spec = load_specs(tables=[SILVER_TABLE])[0]
+        if older:  # days old, not late
+            spec = spec.model_copy(update={"late_after": f"{history_days() + 2} days"})
         definition = next(d for d in load_definitions() if d.name == SILVER_TABLE)
         pipeline = SilverPipeline(lake, spec, definition, load_suite(spec.suite_path),
                                   run_id(lake, SILVER_TABLE))
         use_small_batch_confs(spark, lake)  # as the continuous ingest starts its queries
         query = start_query(spark, lake, pipeline, available_now=False, interval="1 second")
-        results = _feed(lake, staged, bronze, pipeline, query, plan, report)
+        results = _feed(lake, staged, bronze, pipeline, query, [(older, 1)] if older else [],
+                        report, offset=0)
+        uri = table_uri(lake, SILVER_TABLE)
+        files = len(deltalake.DeltaTable(uri, storage_options=storage_options(lake, uri))
+                    .file_uris())
+        results = _feed(lake, staged, bronze, pipeline, query, plan, report, offset=older)
         idle_cores = _idle_cores(IDLE_SECONDS)
         query.stop()
-        if pipeline.totals["changed"] != events:
+        if pipeline.totals["changed"] != events + older:
             raise RuntimeError(f"expected {events} silver rows, counts {pipeline.totals}")
     finally:
         spark.stop()
     return {"benchmark": "silver_batch", "table": SILVER_TABLE, "trigger": "1 second",
+            "history_days": history_days(), "table_files": files,
             "batches_by_rows": results,
             "idle_seconds": IDLE_SECONDS, "idle_driver_cpu_cores": idle_cores,
             "load_avg_1m_after": round(os.getloadavg()[0], 2)}
 
 
 def _feed(lake: Settings, staged: DataFrame, bronze: DeltaTarget, pipeline: SilverPipeline,
-          query: StreamingQuery, plan: list[tuple[int, int]], report: Any) -> dict[str, Any]:
-    """Append each slice, wait for its silver batch; medians per size."""
+          query: StreamingQuery, plan: list[tuple[int, int]], report: Any,
+          offset: int) -> dict[str, Any]:
+    """Append each slice (the staged records from `offset` on), wait for its silver batch;
+    medians per size."""
     results: dict[str, Any] = {}
-    first_offset = 0
+    first_offset = offset
     silver = deltalake.DeltaTable(table_uri(lake, SILVER_TABLE),
                                   storage_options=storage_options(lake, lake.tables_uri))
     with TreeSampler() as sampler:

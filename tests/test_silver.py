@@ -26,7 +26,7 @@ from infra.stack import Stack
 from lakehouse.definitions import load_definitions
 from lakehouse.storage import spark_uri, storage_options, table_uri
 from settings import Settings
-from spark_streaming.silver import rebuild_silver, run_silver, run_table_checks
+from spark_streaming.silver import dedupe_append, rebuild_silver, run_silver, run_table_checks
 from spark_streaming.silver.expectations import SuiteError, load_suite
 from spark_streaming.silver.job import ensure_tables
 from spark_streaming.silver.quarantine import HeldRange, held_ranges
@@ -119,8 +119,16 @@ def _status(station: str, bikes: Any = 5, updated: int = EPOCH, **extra: Any) ->
             **extra}
 
 
+def _last_merge(lake: Settings, table: str) -> str:
+    """The newest MERGE commit's parameters (its predicate among them), as text."""
+    uri = table_uri(lake, table)
+    merges = [c for c in DeltaTable(uri, storage_options=storage_options(lake, uri)).history()
+              if c["operation"] == "MERGE"]
+    return str(max(merges, key=lambda c: c["version"])["operationParameters"])
+
+
 def test_statuses_deduplicated_bad_rows_quarantined_and_rebuild_equal(
-        spark: SparkSession, lake: Settings) -> None:
+        spark: SparkSession, lake: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     bronze = Bronze(spark, lake, "silver_station_status", "bikes.station_status")
     good = [("s1", _status("s1")), ("s2", _status("s2", bikes=0)),
             ("s3", _status("s3", bikes=600))]  # 600: breaks the warn rule only
@@ -169,8 +177,13 @@ def test_statuses_deduplicated_bad_rows_quarantined_and_rebuild_equal(
     assert (metrics[(0, "_batch")]["rows_passed"], metrics[(0, "_batch")]["rows_failed"]) == (
         3, 6)
 
+    # a table of few files: the MERGE on the key alone
+    assert not re.search(r"last_updated[#\d]* >= ", _last_merge(lake, "silver_station_status"))
+
     # re-delivery: the same statuses again (new offsets), one new status and one new bad
-    # record (a new run: it learns the offsets quarantine holds, and appends beyond them)
+    # record (a new run: it learns the offsets quarantine holds, and appends beyond them);
+    # the table counted as one of many files from its first file on
+    monkeypatch.setattr(dedupe_append, "BOUNDED_MERGE_MIN_FILES", 1)
     bronze.append([*good, ("s1", _status("s1", bikes=4, updated=EPOCH + 60)),
                    ("s10", _status("s10", bikes=-1))])
     run_silver(spark, lake, ["silver_station_status"], report=lambda _: None)
@@ -178,6 +191,10 @@ def test_statuses_deduplicated_bad_rows_quarantined_and_rebuild_equal(
     assert len(incremental) == 4
     assert [r for r in incremental if r["station_id"] == "s1" and r["kafka_offset"] != 0] != []
     assert {r["kafka_offset"] for r in incremental} == {0, 1, 2, 9 + 3}
+    # the MERGE names the batch's time bounds, so Delta reads only the files of that time
+    predicate = _last_merge(lake, "silver_station_status")
+    assert re.search(r"last_updated[#\d]* >= \d{4}-\d\d-\d\d ", predicate), predicate
+    assert re.search(r"last_updated[#\d]* <= \d{4}-\d\d-\d\d ", predicate), predicate
     quarantined = _rows(lake, "quarantine_station_status")
     assert sorted(r["raw_key"].decode() for r in quarantined) == sorted(
         ["s4", "s5", "s6", "s7", "s8", "s9", "s10"])

@@ -7,6 +7,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.storagelevel import StorageLevel
@@ -72,6 +73,10 @@ class SilverPipeline:
         self.metrics = BatchMetricsTable(self.settings)
         self.rules = self.suite.row_rules
         self.parser = Parser(self.spec, self.table)
+        # the MERGE's time bounds, on a table of many files, come with the batch's counts
+        # (no job of their own)
+        self.ranged = (dedupe_append.ranged_columns(self.table)
+                       if self.spec.mode == "dedupe_append" else [])
         self.totals = {name: 0 for name in TOTALS} | self.totals
 
     def process(self, batch: DataFrame, batch_id: int) -> None:
@@ -94,7 +99,11 @@ class SilverPipeline:
         frame = routed.frame.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             routed = type(routed)(frame, routed.rules, routed.late)
-            counts = count(routed, self.quarantine.may_hold())
+            ranged = self.ranged
+            if ranged:
+                ranged = ranged if dedupe_append.bounded(self.silver, spark) else []
+                phases.done("files")
+            counts = count(routed, self.quarantine.may_hold(), ranged)
             phases.done("count")
             check_fail_rules(routed, self.spec.table, batch_id, counts)
             if counts["quarantined"]:
@@ -102,7 +111,8 @@ class SilverPipeline:
                                     self.run_id, batch_id)
                 phases.done("quarantine")
             counts["changed"] = (self._write_silver(spark, good_rows(routed, self.table),
-                                                    batch_id) if counts["passed"] else 0)
+                                                    batch_id, counts)
+                                 if counts["passed"] else 0)
             phases.done("silver")
             self.metrics.append(self._metrics_rows(counts, batch_id), self.run_id, batch_id)
             phases.done("metrics")
@@ -115,10 +125,11 @@ class SilverPipeline:
         self.batches += 1
         self.last_phases = phases.seconds
 
-    def _write_silver(self, spark: SparkSession, rows: DataFrame, batch_id: int) -> int:
+    def _write_silver(self, spark: SparkSession, rows: DataFrame, batch_id: int,
+                      counts: dict[str, Any]) -> int:
         mode, target, run_id = self.spec.mode, self.silver, self.run_id
         if mode == "dedupe_append":
-            return dedupe_append.write(rows, self.table, target, run_id, batch_id)
+            return dedupe_append.write(rows, self.table, target, run_id, batch_id, counts)
         if mode == "cdc_merge":
             return cdc_merge.write(rows, list(self.spec.key), self.table, target, run_id,
                                    batch_id)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from delta.tables import DeltaMergeBuilder, DeltaTable
+from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
@@ -56,6 +57,7 @@ class DeltaTarget:
         self.uri = table_uri(settings, name)
         self.path = spark_uri(self.uri)
         self._schema: StructType | None = None
+        self._table: DeltaTable | None = None  # known_files' handle on the table's log
 
     def open(self, spark: SparkSession) -> DeltaTable:
         return DeltaTable.forPath(spark, self.path)
@@ -69,6 +71,20 @@ class DeltaTarget:
         if self._schema is None:
             self._schema = self.open(spark).toDF().schema
         return self._schema
+
+    def known_files(self, spark: SparkSession) -> int | None:
+        """The table's data files, as the checksum Delta keeps with every commit says (1 ms;
+        counting them, or Delta's own `numOfFilesIfKnown` on a partitioned table, costs a
+        Spark job of about 1 s). None when the version has no checksum, or this Delta build
+        has no such call (its internals, reached through the JVM)."""
+        try:
+            if self._table is None:
+                self._table = self.open(spark)
+            # the latest version this JVM knows: silver's own commits update it
+            checksum = self._table._jdt.deltaLog().unsafeVolatileSnapshot().checksumOpt()
+            return int(checksum.get().numFiles()) if checksum.isDefined() else None
+        except Py4JError:
+            return None
 
     def append(self, data: DataFrame, run_id: str, batch_id: int) -> None:
         """Append `data` once for (run, batch); Delta skips a batch it recorded before."""

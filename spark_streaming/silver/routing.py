@@ -10,7 +10,9 @@ constraints) as stage schema, so one bad row can never fail a whole commit.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -120,9 +122,13 @@ def check_fail_rules(routed: Routed, table: str, batch_id: int, counts: dict[str
             f"written. Sample of offending rows:\n{shown}")
 
 
-def count(routed: Routed, quarantine_may_hold: Column | None = None) -> dict[str, int]:
+def count(routed: Routed, quarantine_may_hold: Column | None = None,
+          ranges: Sequence[str] = ()) -> dict[str, Any]:
     """One aggregation over the batch: rows per stage, per rule flag, warned rows; with
-    `quarantine_may_hold`, also the quarantined rows for which it holds (`_held`)."""
+    `quarantine_may_hold`, also the quarantined rows for which it holds (`_held`); for each
+    timestamp or date column of `ranges`, the passed rows' lowest and highest value, as SQL
+    literals (`_lo:<column>`, `_hi:<column>`; None without a value), timestamps widened by
+    a millisecond (Delta's file statistics keep milliseconds)."""
     frame = routed.frame
     warn = [F.col(f"_r{i}") for i, r in enumerate(routed.rules) if r.severity == "warn"]
     any_warn = F.greatest(*warn, F.lit(False)) if warn else F.lit(False)
@@ -143,8 +149,18 @@ def count(routed: Routed, quarantine_may_hold: Column | None = None) -> dict[str
     if quarantine_may_hold is not None:
         aggregates.append(F.sum((F.col("_final_stage").isNotNull() & quarantine_may_hold)
                                 .cast("long")).alias("_held"))
+    types = dict(frame.dtypes)
+    for column in ranges:
+        kind = types[column].upper()
+        margin = F.expr("INTERVAL 1 MILLISECOND") if kind == "TIMESTAMP" else None
+        for bound, extreme in (("_lo", F.min), ("_hi", F.max)):
+            value = extreme(F.when(good, F.col(column)))
+            if margin is not None:
+                value = value - margin if bound == "_lo" else value + margin
+            aggregates.append(F.concat(F.lit(f"{kind} '"), value.cast("string"), F.lit("'"))
+                              .alias(f"{bound}:{column}"))
     row = frame.agg(*aggregates).collect()[0].asDict()
-    return {k: int(v or 0) for k, v in row.items()}
+    return {k: v if k.startswith(("_lo:", "_hi:")) else int(v or 0) for k, v in row.items()}
 
 
 def good_rows(routed: Routed, table: TableDefinition) -> DataFrame:
