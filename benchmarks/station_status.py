@@ -37,8 +37,11 @@ TABLES = ["bronze_bikes_station_status", SILVER_TABLE, "quarantine_station_statu
           METRICS_TABLE]
 
 
-def topic(settings: Settings) -> str:
-    return f"{settings.kafka.topic_prefix}station_status"
+FEED = "station_status"  # the topic of SILVER_TABLE, without the topic prefix
+
+
+def topic(settings: Settings, feed: str = FEED) -> str:
+    return f"{settings.kafka.topic_prefix}{feed}"
 
 
 @contextmanager
@@ -54,17 +57,17 @@ def running_stack() -> Iterator[None]:
 
 def run_benchmark(benchmark: str, partitions: int,
                   body: Callable[[Settings, Settings, str], dict[str, Any]],
-                  report: Any) -> dict[str, Any]:
-    """Stack up, a fresh topic, per-run tables; `body(settings, lake, topic)`; then the
-    run's data removed, the stack down and the machine added to the result."""
+                  report: Any, feed: str = FEED) -> dict[str, Any]:
+    """Stack up, a fresh topic of `feed`, per-run tables; `body(settings, lake, topic)`;
+    then the run's data removed, the stack down and the machine added to the result."""
     settings = load_settings(PROFILE)
     with running_stack():
         lake = run_lake(settings, benchmark)
         try:
-            name = reset_topic(settings, partitions, report)
+            name = reset_topic(settings, partitions, report, feed)
             result = body(settings, lake, name)
         finally:
-            remove_run(lake, report)
+            remove_run(lake, report, feed)
     result["machine"] = machine_info()
     return result
 
@@ -78,13 +81,13 @@ def run_lake(settings: Settings, benchmark: str) -> Settings:
     return settings.model_copy(update={"lakehouse": lakehouse})
 
 
-def create_tables(spark: SparkSession, lake: Settings) -> None:
+def create_tables(spark: SparkSession, lake: Settings, tables: list[str] = TABLES) -> None:
     """Bronze, silver, quarantine and metrics tables, before anything is timed."""
-    ensure_tables(spark, lake, TABLES, lambda _msg: None)
+    ensure_tables(spark, lake, tables, lambda _msg: None)
 
 
-def delete_topic(settings: Settings, report: Any) -> None:
-    name = topic(settings)
+def delete_topic(settings: Settings, report: Any, feed: str = FEED) -> None:
+    name = topic(settings, feed)
     admin = kafka_admin(settings)
     if name not in admin.list_topics(timeout=10).topics:
         return
@@ -97,10 +100,10 @@ def delete_topic(settings: Settings, report: Any) -> None:
         time.sleep(0.5)
 
 
-def reset_topic(settings: Settings, partitions: int, report: Any) -> str:
-    """Delete and re-create the station_status topic; fail if anything is left in it."""
-    delete_topic(settings, report)
-    name = topic(settings)
+def reset_topic(settings: Settings, partitions: int, report: Any, feed: str = FEED) -> str:
+    """Delete and re-create the topic of `feed`; fail if anything is left in it."""
+    delete_topic(settings, report, feed)
+    name = topic(settings, feed)
     admin = kafka_admin(settings)
     for attempt in range(20):
         try:
@@ -116,9 +119,9 @@ def reset_topic(settings: Settings, partitions: int, report: Any) -> str:
     return name
 
 
-def remove_run(lake: Settings, report: Any) -> None:
+def remove_run(lake: Settings, report: Any, feed: str = FEED) -> None:
     """Delete the run's topic, tables and checkpoints (the result JSON is what stays)."""
-    delete_topic(lake, report)
+    delete_topic(lake, report, feed)
     remove_tables(lake, report)
 
 
