@@ -44,7 +44,9 @@ class IngestOptions:
     traffic_rate: float = 20.0
     # Seconds to wait for Debezium to hand every change made so far to Kafka.
     cdc_drain_timeout: float = 60.0
-    trigger_interval: str = "10 seconds"
+    # The bronze queries' trigger (silver's is half of it); None: the profile's
+    # ingest.trigger_interval_seconds.
+    trigger_interval_seconds: float | None = None
     skip: set[str] = field(default_factory=set)
 
 
@@ -285,10 +287,15 @@ def run_forever(spark: SparkSession, settings: Settings, options: IngestOptions,
         stop.wait(1)
     topics = bronze_topics(settings, report)
     report(f"bronze: {', '.join(topics)}")
+    triggers = (settings.ingest if options.trigger_interval_seconds is None else
+                settings.ingest.model_copy(
+                    update={"trigger_interval_seconds": options.trigger_interval_seconds}))
+    report(f"triggers: bronze every {triggers.bronze_trigger}, silver every "
+           f"{triggers.silver_trigger}")
     guarded("bronze", lambda: run_continuous(spark, settings, topics, report, stop,
-                                             options.trigger_interval))
+                                             triggers.bronze_trigger))
     guarded("silver", lambda: run_silver(spark, settings, available_now=False, stop=stop,
-                                         report=report))
+                                         report=report, interval=triggers.silver_trigger))
     guarded("gold", lambda: _gold_until(spark, settings, options, report, stop))
     driver_code = None
     while not stop.is_set() and driver_code is None:

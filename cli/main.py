@@ -28,6 +28,7 @@ from cli.status_commands import print_servers, status
 from cli.tables_commands import maintain, tables
 from cli.terminal import console, report_failure, say, set_verbosity
 from cli.topics_commands import topics
+from cli.trigger_interval import TriggerInterval
 from infra.components.base import StackError
 from infra.components.postgres import Postgres
 from infra.install import SetupError, run_setup
@@ -229,15 +230,17 @@ def bronze(ctx: click.Context, topics: tuple[str, ...], continuous: bool, interv
 @click.option("--until-caught-up", is_flag=True,
               help="Read every source once, drain bronze, silver and gold, then exit 0 "
                    "(what tests and CI use). Default: run until Ctrl-C/SIGTERM.")
-@click.option("--interval", default="10 seconds", show_default=True,
-              help="Trigger interval of the streaming queries (continuous mode).")
+@click.option("--interval", type=TriggerInterval(), default=None,
+              help="The bronze queries' trigger interval in continuous mode, e.g. "
+                   "'10 seconds' (silver's is half of it). Default: the profile's "
+                   "ingest.trigger_interval_seconds.")
 @click.option("--skip", type=click.Choice(["connectors", "rentals", "quality"]),
               multiple=True,
               help="Leave out a part (repeatable): the Kafka Connect connectors, the "
                    "rentals database traffic, or (with --until-caught-up) the table-level "
                    "quality checks at the end.")
 @click.pass_context
-def ingest(ctx: click.Context, until_caught_up: bool, interval: str,
+def ingest(ctx: click.Context, until_caught_up: bool, interval: float | None,
            skip: tuple[str, ...]) -> None:
     """Run the pipeline: sources -> Kafka -> bronze/silver/gold Delta tables.
 
@@ -251,7 +254,7 @@ def ingest(ctx: click.Context, until_caught_up: bool, interval: str,
 
     settings = settings_of(ctx)
     options = service.IngestOptions(until_caught_up=until_caught_up,
-                                    trigger_interval=interval, skip=set(skip))
+                                    trigger_interval_seconds=interval, skip=set(skip))
     began = time.monotonic()
     try:
         with running_alone(settings, "lakehouse ingest"), contextlib.ExitStack() as resources:

@@ -258,6 +258,11 @@ class GoldSettings(_Section):
     weather_location_id: str | None = None
 
 
+def _interval(seconds: float) -> str:
+    """Seconds as a Spark trigger interval, to the millisecond."""
+    return f"{round(seconds * 1000)} milliseconds"
+
+
 class IngestSettings(_Section):
     """How `lakehouse ingest` rides out a server outage (cli/ingest_service.py)."""
 
@@ -278,6 +283,13 @@ class IngestSettings(_Section):
     progress_interval_seconds: float = Field(default=30.0, gt=0)
     # A continuous run updates gold in one round this often.
     gold_interval_seconds: float = Field(default=60.0, gt=0)
+    # A continuous run's bronze queries trigger this often; silver's twice as often.
+    # Spark starts a processing-time batch at the multiples of its interval since the
+    # epoch, so queries of one interval all trigger together and silver, on bronze's
+    # interval, read a bronze commit only at the next boundary: a whole interval of waiting
+    # per record. On half the interval its every other trigger falls midway between two
+    # of bronze's, after bronze committed (docs/architecture.md, "Triggers").
+    trigger_interval_seconds: float = Field(default=10.0, gt=0)
 
     @model_validator(mode="after")
     def _longest_pause_not_shorter(self) -> IngestSettings:
@@ -285,6 +297,16 @@ class IngestSettings(_Section):
             raise ValueError("retry_longest_pause_seconds is shorter than "
                              "retry_first_pause_seconds")
         return self
+
+    @property
+    def bronze_trigger(self) -> str:
+        """Bronze's processing-time trigger, as Spark takes it."""
+        return _interval(self.trigger_interval_seconds)
+
+    @property
+    def silver_trigger(self) -> str:
+        """Silver's: half of bronze's, so it triggers between two of bronze's triggers."""
+        return _interval(self.trigger_interval_seconds / 2)
 
     @property
     def retry_pauses(self) -> tuple[float, float]:

@@ -67,3 +67,12 @@ def test_quiet_terminal_and_the_full_log_file() -> None:
     assert quiet.returncode == 0, quiet.stderr[-2000:]
     assert quiet.stderr == ""
     assert log.read_text().count("setup: nothing to do") == before + 2
+
+
+@pytest.mark.parametrize("interval", ["soon", "10 parsecs", "0 seconds", "-1"])
+def test_a_bad_trigger_interval_is_refused_before_anything_runs(interval: str) -> None:
+    """`ingest --interval` names what it takes and exits 2 before the stack is touched."""
+    result = CliRunner().invoke(cli, ["ingest", "--interval", interval], obj={})
+    assert result.exit_code == BAD_INPUT, result.output
+    assert "--interval" in result.output
+    assert repr(interval) in result.output, result.output

@@ -143,3 +143,21 @@ def test_env_file_gains_new_variables_and_keeps_the_old_values(tmp_path: Path) -
     assert values["NEW_SECRET"] not in ("", PLACEHOLDER)
     assert "B_OPTIONAL" not in values
     assert not ensure_env_file(tmp_path)
+
+
+def test_silver_triggers_midway_between_two_of_bronzes(project: Path) -> None:
+    """Spark starts processing-time batches at multiples of their interval: silver on half
+    of bronze's has a trigger midway between two of bronze's, after bronze's commit."""
+    from cli.trigger_interval import TriggerInterval
+
+    settings = load_settings(environ={}, project_dir=project)
+    assert settings.ingest.trigger_interval_seconds == 10
+    assert settings.ingest.bronze_trigger == "10000 milliseconds"
+    assert settings.ingest.silver_trigger == "5000 milliseconds"
+    quick = load_settings(environ={"LAKEHOUSE_INGEST__TRIGGER_INTERVAL_SECONDS": "3"},
+                          project_dir=project)
+    assert (quick.ingest.bronze_trigger, quick.ingest.silver_trigger) == (
+        "3000 milliseconds", "1500 milliseconds")
+    parse = TriggerInterval().convert
+    assert [parse(text, None, None) for text in ("2 seconds", "1 second", "500 ms", "2",
+                                                 "1.5 min")] == [2.0, 1.0, 0.5, 2.0, 90.0]
