@@ -1,13 +1,15 @@
 """The SQL notebooks: committed without outputs; `lakehouse notebooks` executes them over the
 shared transformed lakehouse, every query returns rows, every notebook draws a figure, HTML
-is rendered with the figures inline; a notebook with an empty query and a failing query, or
-one without a figure, makes the command fail, naming the notebook (and cells). The marts
+is rendered with the figures inline; a notebook with an empty query and a failing query
+(in the same run as the committed ones), or one without a figure, makes the command fail,
+naming the notebook (and cells). The marts
 of the shared ingest, which starts with `lakehouse backfill`, show the planted weather
 effects that the notebook's verdict reports."""
 
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -21,6 +23,7 @@ from tests.conftest import PROJECT_DIR, TransformedLakehouse, read_catalog_table
 
 NOTEBOOKS_DIR = PROJECT_DIR / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
+BROKEN = "broken_queries"  # sorts before the committed notebooks: they run after it fails
 
 
 def _outputs_dir(settings: Settings) -> Path:
@@ -48,16 +51,58 @@ def test_committed_notebooks_have_no_outputs() -> None:
                 assert ROWS_METADATA not in cell.metadata, f"{path.name} cell {index}"
 
 
-def test_notebooks_run_and_every_query_returns_rows(
-        transformed_lakehouse: TransformedLakehouse, settings: Settings) -> None:
+def _broken_notebook() -> nbformat.NotebookNode:
+    """A notebook with the committed setup cell, one query that returns no rows, one that
+    fails (unknown table) and one that works."""
+    setup = next(c for c in nbformat.read(NOTEBOOKS[0], as_version=4).cells
+                 if c.cell_type == "code")
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell(setup.source),
+        nbformat.v4.new_code_cell("%%sql\nSELECT station_id\n"
+                                  "FROM marts.dim_station WHERE 1 = 0"),
+        nbformat.v4.new_code_cell("%%sql\nSELECT * FROM marts.no_such_table"),
+        nbformat.v4.new_code_cell("%%sql\nSELECT count(*) AS n FROM marts.dim_station"),
+    ]
+    return notebook
+
+
+@pytest.fixture
+def notebooks_and_a_broken_one(tmp_path: Path) -> Path:
+    """The committed notebooks beside a broken one (its name sorts first, so the committed
+    ones run after a failure): one `lakehouse notebooks` run, one Spark kernel start fewer
+    than a run of each."""
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    for path in NOTEBOOKS:
+        shutil.copy(path, folder / path.name)
+    nbformat.write(_broken_notebook(), folder / f"{BROKEN}.ipynb")
+    return folder
+
+
+def test_notebooks_run_every_query_returns_rows_and_a_failing_one_is_named(
+        transformed_lakehouse: TransformedLakehouse, settings: Settings,
+        notebooks_and_a_broken_one: Path) -> None:
     names = [p.stem for p in NOTEBOOKS]
-    _clear_outputs(settings, names)
-    result = run_cli("notebooks", env=transformed_lakehouse.ingested.env, timeout=900)
+    _clear_outputs(settings, [*names, BROKEN])
+    env = {**transformed_lakehouse.ingested.env,
+           "LAKEHOUSE_ANALYSIS__NOTEBOOKS_DIR": str(notebooks_and_a_broken_one)}
+    result = run_cli("notebooks", env=env, timeout=900)
     output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-6000:]
-    assert f"{len(names)}/{len(names)} notebooks ok" in output
+    # the broken notebook fails the command, naming the notebook and its cells; the
+    # committed ones after it still run, and pass
+    assert result.returncode == 1, output[-6000:]
+    assert f"{len(names)}/{len(names) + 1} notebooks ok" in output, output[-6000:]
+    assert f"notebook {BROKEN} failed" in output
+    assert "cell 1 (%%sql) returned no rows" in output
+    assert "cell 2 (%%sql) raised" in output and "no_such_table" in output.lower()
+    broken = nbformat.read(_outputs_dir(settings) / f"{BROKEN}.ipynb", as_version=4)
+    assert broken.cells[1].metadata[ROWS_METADATA]["sql_rows"] == 0
+    assert broken.cells[3].outputs == []  # execution stopped at the failing cell
+    assert not (_outputs_dir(settings) / f"{BROKEN}.html").exists()
 
     for path in NOTEBOOKS:
+        assert f"{path.stem}: ok" in output, output[-6000:]
         source = nbformat.read(path, as_version=4)
         executed = nbformat.read(_outputs_dir(settings) / path.name, as_version=4)
         assert len(executed.cells) == len(source.cells)
@@ -86,45 +131,6 @@ def test_notebooks_run_and_every_query_returns_rows(
                       if o.output_type == "stream")
     verdict = weather_effects(_daily_rentals(transformed_lakehouse)).verdict()
     assert _without_numbers(verdict) in _without_numbers(printed), printed
-
-
-@pytest.fixture
-def broken_notebooks(tmp_path: Path) -> Path:
-    """A notebook with the committed setup cell, one query that returns no rows, one that
-    fails (unknown table) and one that works."""
-    setup = next(c for c in nbformat.read(NOTEBOOKS[0], as_version=4).cells
-                 if c.cell_type == "code")
-    notebook = nbformat.v4.new_notebook()
-    notebook.cells = [
-        nbformat.v4.new_code_cell(setup.source),
-        nbformat.v4.new_code_cell("%%sql\nSELECT station_id\n"
-                                  "FROM marts.dim_station WHERE 1 = 0"),
-        nbformat.v4.new_code_cell("%%sql\nSELECT * FROM marts.no_such_table"),
-        nbformat.v4.new_code_cell("%%sql\nSELECT count(*) AS n FROM marts.dim_station"),
-    ]
-    folder = tmp_path / "notebooks"
-    folder.mkdir()
-    nbformat.write(notebook, folder / "broken_queries.ipynb")
-    return folder
-
-
-def test_failing_notebook_names_the_notebook_and_cells(
-        transformed_lakehouse: TransformedLakehouse, settings: Settings,
-        broken_notebooks: Path) -> None:
-    _clear_outputs(settings, ["broken_queries"])
-    env = {**transformed_lakehouse.ingested.env,
-           "LAKEHOUSE_ANALYSIS__NOTEBOOKS_DIR": str(broken_notebooks)}
-    result = run_cli("notebooks", "--only", "broken_queries", "--no-html", env=env,
-                     timeout=600)
-    output = result.stdout + result.stderr
-    assert result.returncode == 1, output[-6000:]
-    assert "notebook broken_queries failed" in output
-    assert "cell 1 (%%sql) returned no rows" in output
-    assert "cell 2 (%%sql) raised" in output and "no_such_table" in output.lower()
-    executed = nbformat.read(_outputs_dir(settings) / "broken_queries.ipynb", as_version=4)
-    assert executed.cells[1].metadata[ROWS_METADATA]["sql_rows"] == 0
-    assert executed.cells[3].outputs == []  # execution stopped at the failing cell
-    assert not (_outputs_dir(settings) / "broken_queries.html").exists()
 
 
 def _sqlite_notebook(*, figure: bool) -> nbformat.NotebookNode:

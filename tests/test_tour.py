@@ -45,7 +45,9 @@ TOUR: dict[str, str] = {
     ".venv/bin/lakehouse kafka groups": "run",
     "make transform": "run (the second time)",
     "make docs": "run until it serves",
-    "make notebooks": "tests/test_notebooks.py::test_notebooks_run_and_every_query_returns_rows",
+    "make notebooks":
+        "tests/test_notebooks.py::"
+        "test_notebooks_run_every_query_returns_rows_and_a_failing_one_is_named",
     "make airflow": "tests/test_airflow.py (up --airflow once; every DAG triggered once)",
     ".venv/bin/lakehouse up --sql-endpoint": "tests/test_sql_endpoint.py (the endpoint fixture)",
     ".venv/bin/lakehouse sql -e 'SELECT count(*) FROM silver.rentals'":
