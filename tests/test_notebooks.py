@@ -18,6 +18,7 @@ import pytest
 
 from analysis.notebooks import DOCS_FIGURE_TAG, PNG, ROWS_METADATA, figures_of, is_sql_cell
 from analysis.weather_effects import COLUMNS, MIN_DAYS, weather_effects
+from connectors.simulator.history import COLD_BELOW_C
 from settings import Settings
 from tests.conftest import PROJECT_DIR, TransformedLakehouse, read_catalog_table, run_cli
 
@@ -99,7 +100,8 @@ def test_notebooks_run_every_query_returns_rows_and_a_failing_one_is_named(
     broken = nbformat.read(_outputs_dir(settings) / f"{BROKEN}.ipynb", as_version=4)
     assert broken.cells[1].metadata[ROWS_METADATA]["sql_rows"] == 0
     assert broken.cells[3].outputs == []  # execution stopped at the failing cell
-    assert not (_outputs_dir(settings) / f"{BROKEN}.html").exists()
+    # rendered even though it failed, so the failing cell's output can be read
+    assert "no_such_table" in (_outputs_dir(settings) / f"{BROKEN}.html").read_text().lower()
 
     for path in NOTEBOOKS:
         assert f"{path.stem}: ok" in output, output[-6000:]
@@ -150,7 +152,7 @@ def _sqlite_notebook(*, figure: bool) -> nbformat.NotebookNode:
     return notebook
 
 
-def test_notebook_without_figure_fails_and_docs_figure_is_written(
+def test_notebook_without_figure_fails_docs_figure_is_written_and_no_html_skips_html(
         settings: Settings, tmp_path: Path) -> None:
     folder, figures = tmp_path / "notebooks", tmp_path / "figures"
     folder.mkdir()
@@ -169,6 +171,12 @@ def test_notebook_without_figure_fails_and_docs_figure_is_written(
     assert (figures / "one_figure.png").read_bytes() == figures_of(executed)[0][1]
     html = (_outputs_dir(settings) / "one_figure.html").read_text()
     assert f'src="data:{PNG};base64,' in html
+    # --no-html: the executed notebook, no HTML
+    _clear_outputs(settings, ["one_figure"])
+    result = run_cli("notebooks", "--only", "one_figure", "--no-html", env=env, timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    assert (_outputs_dir(settings) / "one_figure.ipynb").exists()
+    assert not (_outputs_dir(settings) / "one_figure.html").exists()
 
 
 def _without_numbers(text: str) -> str:
@@ -183,12 +191,18 @@ def _daily_rentals(lakehouse: TransformedLakehouse) -> pd.DataFrame:
 def test_planted_weather_effects_are_found(
         transformed_lakehouse: TransformedLakehouse) -> None:
     """The shared ingest starts with `lakehouse backfill` (weeks of planted history): in
-    its marts rainy days have clearly fewer rentals than dry days of the same weekday, and
-    warmer dry days more rentals than colder ones."""
+    its marts rainy days have clearly fewer rentals than dry days of the same weekday and
+    temperature, and warmer days more rentals, where the planted cold effect applies (the
+    history makes days below COLD_BELOW_C quieter, warmer ones alike: in a summer window
+    there is no temperature effect to find). Every three-week window of a simulated year
+    passes these (the rain's fit -29 % to -50 %); the raw means per weekday did not in
+    some (-10 % to -15 % in the windows ending 2026-11-30 to 2026-12-05)."""
     effects = weather_effects(_daily_rentals(transformed_lakehouse))
     print(effects.by_weekday, effects.verdict(), sep="\n")
     assert effects.days >= MIN_DAYS, f"the shared ingest needs a backfill: {effects.verdict()}"
-    assert len(effects.comparable) >= 2, effects.by_weekday
-    assert effects.rain_lowers_rentals, effects.by_weekday
+    assert effects.judged, effects.verdict()
+    assert effects.rain_lowers_rentals, effects.verdict()
     assert effects.rain_change is not None and effects.rain_change < -0.15, effects.verdict()
-    assert effects.warmth_raises_rentals, effects.verdict()
+    cold_days = (effects.daily.temperature_mean_c < COLD_BELOW_C).mean()
+    if cold_days >= 0.5:
+        assert effects.warmth_raises_rentals, effects.verdict()

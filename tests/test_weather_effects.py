@@ -1,7 +1,7 @@
 """The planted-effect judgement of analysis/weather_effects.py on days made here, so what
 it calls "rain lowers rentals" is pinned down without a stack: a planted effect is found,
-its absence is not, a warm rainy day beating a cold dry one does not overturn it, and too
-few days are not judged."""
+its absence is not, a warm rainy day beating a cold dry one (or mild rainy days beating
+cold dry ones on every weekday) does not overturn it, and too few days are not judged."""
 
 from __future__ import annotations
 
@@ -54,3 +54,18 @@ def test_too_few_days_are_not_judged() -> None:
     effects = weather_effects(_days(MIN_DAYS - 1, rain_factor=0.6, per_degree=30))
     assert not effects.judged and effects.rain_lowers_rentals is None
     assert "too few to judge" in effects.verdict()
+
+
+def test_mild_rainy_days_beating_cold_dry_ones_do_not_hide_the_rain_effect() -> None:
+    """Three weeks of November (the shared ingest's backfill of 2026-12-01): the rainy days
+    were mild and some dry days cold, so rainy days averaged more rentals than the dry days
+    of their weekday; the rain's effect is judged at the same temperature."""
+    days = _days(21, rain_factor=0.6, per_degree=80)
+    days["temperature_mean_c"] = [11.0 + i % 4 if rainy else 1.0 + i % 4
+                                  for i, rainy in enumerate(days.is_rainy_day)]
+    days["rentals_started"] = [(500 + 80 * t) * (0.6 if rainy else 1.0) for t, rainy in
+                               zip(days.temperature_mean_c, days.is_rainy_day, strict=True)]
+    effects = weather_effects(days)
+    assert effects.weekdays_lower_when_rainy == 0  # the raw means say the opposite
+    assert effects.rain_lowers_rentals and effects.warmth_raises_rentals
+    assert effects.rain_change is not None and effects.rain_change < -0.3, effects.verdict()
