@@ -290,9 +290,8 @@ def run_forever(spark: SparkSession, settings: Settings, options: IngestOptions,
     triggers = (settings.ingest if options.trigger_interval_seconds is None else
                 settings.ingest.model_copy(
                     update={"trigger_interval_seconds": options.trigger_interval_seconds}))
-    interval = triggers.trigger_interval_seconds
-    report(f"triggers: bronze every {interval:g} s, silver every {interval / 2:g} s "
-           "(between two of bronze's)")
+    report(f"triggers: bronze every {triggers.trigger_interval_seconds:g} s, silver every "
+           f"{triggers.silver_trigger_seconds:g} s (between two of bronze's)")
     guarded("bronze", lambda: run_continuous(spark, settings, topics, report, stop,
                                              triggers.bronze_trigger))
     guarded("silver", lambda: run_silver(spark, settings, available_now=False, stop=stop,

@@ -288,7 +288,8 @@ class IngestSettings(_Section):
     # epoch, so queries of one interval all trigger together and silver, on bronze's
     # interval, read a bronze commit only at the next boundary: a whole interval of waiting
     # per record. On half the interval its every other trigger falls midway between two
-    # of bronze's, after bronze committed (docs/architecture.md, "Triggers").
+    # of bronze's, after bronze committed (docs/architecture.md, "Silver triggers between
+    # two of bronze's").
     trigger_interval_seconds: float = Field(default=10.0, gt=0)
 
     @model_validator(mode="after")
@@ -304,9 +305,14 @@ class IngestSettings(_Section):
         return _interval(self.trigger_interval_seconds)
 
     @property
+    def silver_trigger_seconds(self) -> float:
+        """Half of bronze's interval, so silver triggers between two of bronze's triggers."""
+        return self.trigger_interval_seconds / 2
+
+    @property
     def silver_trigger(self) -> str:
-        """Silver's: half of bronze's, so it triggers between two of bronze's triggers."""
-        return _interval(self.trigger_interval_seconds / 2)
+        """Silver's processing-time trigger, as Spark takes it."""
+        return _interval(self.silver_trigger_seconds)
 
     @property
     def retry_pauses(self) -> tuple[float, float]:
