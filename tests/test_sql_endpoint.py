@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,6 +58,11 @@ def test_the_server_gets_the_confs_of_every_spark_session(settings: Settings,
     class_path = confs["spark.driver.extraClassPath"].split(os.pathsep)
     assert {str(jar) for jar in spark_jars(settings)} <= set(class_path)
     assert any(Path(p).name.startswith("postgresql-") for p in class_path)
+    # Hive's function registry, built when a session of a two-thread dbt build closes,
+    # loads this class; pyspark 4.1 does not ship its jar
+    signable = "org/apache/hadoop/hive/llap/security/LlapSigner$Signable.class"
+    assert [p for p in class_path if p.endswith(".jar") and Path(p).is_file()
+            and signable in zipfile.ZipFile(p).namelist()], f"no jar holds {signable}"
 
     command = launch.thrift_server_command(settings, tmp_path / "endpoint.properties")
     assert command[0].endswith("bin/spark-submit")
