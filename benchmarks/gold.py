@@ -28,6 +28,7 @@ from benchmarks.station_status import PROFILE, SILVER_TABLE, remove_tables, run_
 from lakehouse.storage import spark_uri, table_uri
 from settings import Settings, load_settings
 from spark_streaming.gold import run_gold
+from spark_streaming.gold.runner import LAST_PHASES
 from spark_streaming.gold.station_availability import TABLE as GOLD_TABLE
 from spark_streaming.session import build_spark_session
 from spark_streaming.silver.job import ensure_tables
@@ -86,7 +87,7 @@ def _timed(spark: SparkSession, lake: Settings, sampler: TreeSampler, rebuild: b
     seconds = time.monotonic() - began
     time.sleep(0.6)  # one more sample of the workers' CPU
     return {"s": round(seconds, 1), "cpu_s": round(sampler.cpu_seconds - cpu, 1),
-            "rows_written": written}
+            "rows_written": written, "phases_s": dict(LAST_PHASES.get(GOLD_TABLE, {}))}
 
 
 def _measure(settings: Settings, lake: Settings, report: Any) -> dict[str, Any]:

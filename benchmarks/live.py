@@ -14,7 +14,10 @@ Figures of the measured window:
   (`spark_driver_cpu_cores`), of the whole ingest process tree (`ingest_cpu_cores`: the
   Python driver, scrapers, generator and the JVM) and of the ingest plus every server of
   the stack (`stack_cpu_cores`), sampled every second (a process living less than that
-  is missed: lower bounds).
+  is missed: lower bounds);
+- where the driver JVM's CPU goes: its threads' CPU over the window, grouped by thread
+  name (`spark_driver_cpu_by_thread`: the task threads, the streaming queries' threads,
+  the JIT compilers, the garbage collector, ...; from /proc, Linux only).
 The run has its own tables, checkpoints and catalog database (removed after); its ingest
 log stays under the state folder's bench/.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -93,6 +97,45 @@ class CpuSampler:
     def cores(self) -> float:
         used = sum(self.last[pid] - self.first[pid] for pid in self.last)
         return round(used / max(self.ended - self.began, 1e-9), 3)
+
+
+def _thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """Each thread of process `pid`: (name, CPU seconds so far), from /proc."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    threads = {}
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            text = stat.read_text()
+            name = text[text.index("(") + 1:text.rindex(")")]
+            fields = text[text.rindex(")") + 2:].split()
+            threads[int(stat.parent.name)] = (name, (int(fields[11]) + int(fields[12])) / ticks)
+    return threads
+
+
+def _thread_group(name: str) -> str:
+    """A thread's name without its number: `Executor task l` for every task thread (the
+    kernel keeps 15 characters of a name), `C2 CompilerThre`, `GC Thread`, ..."""
+    return re.sub(r"[-#\s]*\d+$", "", name).strip() or name
+
+
+def cpu_by_thread(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]],
+                  seconds: float) -> dict[str, float]:
+    """Cores per thread group between two `_thread_cpu` snapshots, largest first (a thread
+    that ended in between is missed)."""
+    groups: dict[str, float] = {}
+    for tid, (name, used) in after.items():
+        start = before.get(tid, (name, 0.0))[1]
+        groups[_thread_group(name)] = groups.get(_thread_group(name), 0.0) + used - start
+    return {name: round(used / seconds, 3) for name, used in
+            sorted(groups.items(), key=lambda item: -item[1]) if used / seconds >= 0.001}
+
+
+def _driver_jvm(pid: int) -> int | None:
+    for proc in _tree(pid):
+        with contextlib.suppress(psutil.Error):
+            if "org.apache.spark.deploy.SparkSubmit" in " ".join(proc.cmdline()):
+                return proc.pid
+    return None
 
 
 def _tree(pid: int) -> list[psutil.Process]:
@@ -216,11 +259,14 @@ def _measure(settings: Settings, lake: Settings, process: subprocess.Popen[bytes
     _wait(process, WARMUP_SECONDS, "warm-up", report)
     report(f"measuring for {SECONDS:.0f} s")
     began = time.time()
+    jvm = _driver_jvm(process.pid)
+    threads_before = _thread_cpu(jvm) if jvm else {}
     with CpuSampler(lambda: _spark_driver(process.pid)) as driver, \
             CpuSampler(lambda: _tree(process.pid)) as ingest, \
             CpuSampler(lambda: _tree(process.pid) + _servers(settings)) as stack:
         _wait(process, SECONDS, "measuring", report)
     ended = time.time()
+    by_thread = cpu_by_thread(threads_before, _thread_cpu(jvm), ended - began) if jvm else {}
     tables = {silver: _latencies(lake, silver, bronze, began, ended)
               for silver, bronze in TABLES.items()}
     worst = max((t.get("latency_p95_s", float("inf")) for t in tables.values()),
@@ -230,7 +276,8 @@ def _measure(settings: Settings, lake: Settings, process: subprocess.Popen[bytes
     result = {"seconds": SECONDS, "warmup_seconds": WARMUP_SECONDS,
               "trigger_interval_seconds": interval, "tables": tables,
               "spark_driver_cpu_cores": driver.cores, "ingest_cpu_cores": ingest.cores,
-              "stack_cpu_cores": stack.cores, "target_p95_s": TARGET_P95_S,
+              "stack_cpu_cores": stack.cores, "spark_driver_cpu_by_thread": by_thread,
+              "target_p95_s": TARGET_P95_S,
               "target_driver_cores": TARGET_DRIVER_CORES,
               "target_met": worst <= TARGET_P95_S
               and driver.cores <= TARGET_DRIVER_CORES}

@@ -27,6 +27,7 @@ from spark_streaming.gold.progress import (
     source_progress,
 )
 from spark_streaming.gold.writer import replace_all, replace_keys
+from spark_streaming.phase_timer import PhaseTimer
 from spark_streaming.session import activate_in_thread, confs_for_rows
 from spark_streaming.spark_conf import SMALL_BATCH_CONFS, SMALL_READ_ROWS
 from spark_streaming.table_lock import writing
@@ -35,6 +36,9 @@ log = logging.getLogger("lakehouse.gold")
 # Confs a gold table's own session takes from the caller's: days and hours are cut in the
 # session time zone; the small-batch confs may be set at run time.
 CALLER_CONFS = ("spark.sql.session.timeZone", *SMALL_BATCH_CONFS)
+
+# gold table -> seconds of each phase of its last update in this process (benchmarks)
+LAST_PHASES: dict[str, dict[str, float]] = {}
 
 METRICS: dict[str, GoldMetric] = {m.table: m for m in (
     station_availability.METRIC, rentals_weather.METRIC, system_utilisation.METRIC)}
@@ -98,32 +102,43 @@ def _update(spark: SparkSession, settings: Settings, metric: GoldMetric,
             progress: list[SourceProgress], rebuild: bool, report: Report) -> int:
     """run_metric's work once it knows the table is behind (or rebuilt)."""
     began = time.monotonic()
+    phases = PhaseTimer()
     gold_path = spark_uri(table_uri(settings, metric.table))
     views = PinnedViews(spark, {p.table: p.current for p in progress},
                         {name: spark_uri(table_uri(settings, name)) for name in metric.sources})
+    phases.done("views")
     try:
         reading = {p.table: p.current for p in progress}
         changes = None
         if not rebuild and all(p.replayable for p in progress):
             changes = _register_changes(spark, settings, metric, progress, views)
+            phases.done("changes")
             if changes is None:
                 report(f"{metric.table}: a silver change feed is no longer readable; rebuilding")
         elif not rebuild:
             report(f"{metric.table}: no consumed silver versions recorded; building in full")
         if changes is None:
             rows = metric.compute_all(spark, settings, views).localCheckpoint(eager=True)
+            phases.done("compute")
             replace_all(spark, gold_path, rows, reading)
+            phases.done("write")
             mode = "rebuilt"
         else:
             frame, key_frame = metric.compute_changed(spark, settings, views, changes)
+            phases.done("affected keys")
             rows = frame.localCheckpoint(eager=True)
             keys = key_frame.localCheckpoint(eager=True)
+            phases.done("compute")
             unique_key = load_definitions(tables=[metric.table])[0].unique_key
             replace_keys(spark, gold_path, rows, keys, unique_key, reading)
+            phases.done("write")
             mode = f"replaced {keys.count()} key(s)"
         written = rows.count()
+        phases.done("count")
     finally:
         views.close()
+    LAST_PHASES[metric.table] = phases.seconds
+    log.info("%s: %s; %s", metric.table, mode, phases)
     report(f"{metric.table}: {mode}, {written} row(s) written from "
            + ", ".join(f"{p.table} v{p.consumed if p.consumed is not None else '-'}"
                        f"->v{p.current}" for p in progress)

@@ -4,7 +4,6 @@ silver and quality metrics (each exactly once for the run and batch id)."""
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -14,6 +13,7 @@ from pyspark.storagelevel import StorageLevel
 
 from lakehouse.definitions import TableDefinition
 from settings import Settings
+from spark_streaming.phase_timer import PhaseTimer
 from spark_streaming.session import use_small_batch_confs
 from spark_streaming.silver import cdc_merge, dedupe_append, scd2
 from spark_streaming.silver.batch_metrics import BatchMetricsTable
@@ -36,22 +36,6 @@ from spark_streaming.silver.spec import PipelineSpec
 # inserted/updated/deleted.
 TOTALS = ("read", "passed", "quarantined", "warned", "tombstones", "changed")
 log = logging.getLogger("lakehouse.silver")
-
-
-class _Phases:
-    """Seconds of each phase of one batch, for its line in the log file."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self._last = time.monotonic()
-
-    def done(self, phase: str) -> None:
-        now = time.monotonic()
-        self.seconds[phase] = round(now - self._last, 2)
-        self._last = now
-
-    def __str__(self) -> str:
-        return ", ".join(f"{name} {seconds:.2f} s" for name, seconds in self.seconds.items())
 
 
 @dataclass
@@ -81,7 +65,7 @@ class SilverPipeline:
 
     def process(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
-        phases = _Phases()
+        phases = PhaseTimer()
         rows = batch.count()  # reads the bronze files' row counts, a fraction of a second
         if not rows:
             # a new bronze table's first batch: parsing and judging nothing cost 2-3 s of
