@@ -130,9 +130,9 @@ def _update(spark: SparkSession, settings: Settings, metric: GoldMetric,
             keys = key_frame.localCheckpoint(eager=True)
             phases.done("compute")
             unique_key = load_definitions(tables=[metric.table])[0].unique_key
-            replace_keys(spark, gold_path, rows, keys, unique_key, reading)
+            replaced = replace_keys(spark, gold_path, rows, keys, unique_key, reading)
             phases.done("write")
-            mode = f"replaced {keys.count()} key(s)"
+            mode = f"replaced {replaced} key(s)"
         written = rows.count()
         phases.done("count")
     finally:

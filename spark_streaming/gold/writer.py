@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import DateType, TimestampType
 
 from spark_streaming.conform import conformed
 from spark_streaming.gold.progress import commit_metadata
@@ -37,13 +38,47 @@ def replace_all(spark: SparkSession, path: str, rows: DataFrame,
      .option("userMetadata", commit_metadata("rebuild", consumed)).save(path))
 
 
+def _key_summary(keys: DataFrame, ranged: Sequence[str]) -> tuple[int, list[str]]:
+    """How many keys, and each time-typed key column's bounds over them as a target-side
+    MERGE condition, in one job (text in the session time zone, as the column's literal)."""
+    aggregates = [F.count(F.lit(1)).alias("n")]
+    for i, column in enumerate(ranged):
+        aggregates += [F.min(column).cast("string").alias(f"lo{i}"),
+                       F.max(column).cast("string").alias(f"hi{i}")]
+    row = keys.agg(*aggregates).first()
+    assert row is not None
+    bounds = []
+    for i, column in enumerate(ranged):
+        kind = "TIMESTAMP" if keys.schema[column].dataType == TimestampType() else "DATE"
+        if row[f"lo{i}"] is not None:
+            bounds += [f"t.`{column}` >= {kind} '{row[f'lo{i}']}'",
+                       f"t.`{column}` <= {kind} '{row[f'hi{i}']}'"]
+    return int(row["n"]), bounds
+
+
 def replace_keys(spark: SparkSession, path: str, rows: DataFrame, keys: DataFrame,
-                 unique_key: Sequence[str], consumed: Mapping[str, int]) -> None:
+                 unique_key: Sequence[str], consumed: Mapping[str, int]) -> int:
     """Make the rows with a unique key in `keys` equal `rows` (keys without a new row are
-    deleted), in one MERGE commit; every key of `rows` must be in `keys`."""
+    deleted), in one MERGE commit; every key of `rows` must be in `keys`. Keys replaced.
+
+    The MERGE reads only the target files whose statistics overlap the keys' range of each
+    time-typed key column (a row that matches a key has that key's time), so a round's cost
+    does not grow with the table's history."""
     table = DeltaTable.forPath(spark, path)
     schema = table.toDF().schema
     key = list(unique_key)
+    ranged = [f.name for f in schema
+              if f.name in key and f.dataType in (TimestampType(), DateType())]
+    count, bounds = _key_summary(keys, ranged)
+    metadata = commit_metadata("incremental", consumed)
+    if not count:
+        # no key, so no row either: Delta makes no commit for an empty MERGE, so the
+        # consumed versions get a commit of their own and silver versions that changed
+        # nothing here are not read again
+        with _user_metadata(spark, metadata):
+            spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+                      f"('{_RECORDED_PROPERTY}' = '{metadata}')")
+        return 0
     rows = conformed(rows, schema)
     gone = keys.select(*key).distinct().join(rows.select(*key), key, "left_anti")
     tombstones = gone.select(*[F.col(f.name) if f.name in key
@@ -51,19 +86,12 @@ def replace_keys(spark: SparkSession, path: str, rows: DataFrame, keys: DataFram
                                for f in schema])
     source = (rows.withColumn(GONE, F.lit(False))
               .unionByName(tombstones.withColumn(GONE, F.lit(True))).localCheckpoint())
-    metadata = commit_metadata("incremental", consumed)
+    values = {f"`{c}`": f"s.`{c}`" for c in schema.fieldNames()}
+    condition = " AND ".join([f"t.`{c}` = s.`{c}`" for c in key] + bounds)
     with _user_metadata(spark, metadata):
-        if source.isEmpty():
-            # Delta makes no commit for an empty MERGE: record the consumed versions in a
-            # commit of their own, so silver versions that changed nothing here are not
-            # read again
-            spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
-                      f"('{_RECORDED_PROPERTY}' = '{metadata}')")
-            return
-        values = {f"`{c}`": f"s.`{c}`" for c in schema.fieldNames()}
-        (table.alias("t").merge(source.alias("s"),
-                                " AND ".join(f"t.`{c}` = s.`{c}`" for c in key))
+        (table.alias("t").merge(source.alias("s"), condition)
          .whenMatchedDelete(condition=f"s.{GONE}")
          .whenMatchedUpdate(condition=f"NOT s.{GONE}", set=values)
          .whenNotMatchedInsert(condition=f"NOT s.{GONE}", values=values)
          .execute())
+    return count
