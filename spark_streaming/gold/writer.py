@@ -63,7 +63,8 @@ def replace_keys(spark: SparkSession, path: str, rows: DataFrame, keys: DataFram
 
     The MERGE reads only the target files whose statistics overlap the keys' range of each
     time-typed key column (a row that matches a key has that key's time), so a round's cost
-    does not grow with the table's history."""
+    does not grow with the table's history. Gold's time keys are whole windows, hours and
+    days: no value falls between the milliseconds Delta's file statistics keep."""
     table = DeltaTable.forPath(spark, path)
     schema = table.toDF().schema
     key = list(unique_key)
