@@ -221,8 +221,9 @@ class SparkSettings(_Section):
     ui_enabled: bool = False
     ui_port: int = Field(default=4040, ge=1, le=65535)
     log_level: str = "WARN"
-    # JVM options of the Spark driver (spark.driver.extraJavaOptions), e.g. the test
-    # profile's "-XX:TieredStopAtLevel=1" for its many short-lived drivers.
+    # JVM options of the Spark driver (spark.driver.extraJavaOptions): the embedded
+    # profile's serial collector, the test profile's "-XX:TieredStopAtLevel=1" for its
+    # many short-lived drivers.
     driver_java_options: str = ""
     # Extra Spark confs, e.g. {"spark.executor.memory": "4g"} on a cluster.
     conf: dict[str, str] = Field(default_factory=dict)
