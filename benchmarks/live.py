@@ -130,12 +130,18 @@ def cpu_by_thread(before: dict[int, tuple[str, float]], after: dict[int, tuple[s
             sorted(groups.items(), key=lambda item: -item[1]) if used / seconds >= 0.001}
 
 
-def _driver_jvm(pid: int) -> int | None:
+def _driver_jvms(pid: int) -> list[psutil.Process]:
+    """The SparkSubmit JVM(s) under the ingest."""
+    found = []
     for proc in _tree(pid):
         with contextlib.suppress(psutil.Error):
             if "org.apache.spark.deploy.SparkSubmit" in " ".join(proc.cmdline()):
-                return proc.pid
-    return None
+                found.append(proc)
+    return found
+
+
+def _driver_jvm(pid: int) -> int | None:
+    return next((proc.pid for proc in _driver_jvms(pid)), None)
 
 
 def _tree(pid: int) -> list[psutil.Process]:
@@ -147,12 +153,7 @@ def _tree(pid: int) -> list[psutil.Process]:
 
 def _spark_driver(pid: int) -> list[psutil.Process]:
     """The SparkSubmit JVM(s) under the ingest and their children (Python workers)."""
-    found: list[psutil.Process] = []
-    for proc in _tree(pid):
-        with contextlib.suppress(psutil.Error):
-            if "org.apache.spark.deploy.SparkSubmit" in " ".join(proc.cmdline()):
-                found += _tree(proc.pid)
-    return found
+    return [proc for jvm in _driver_jvms(pid) for proc in _tree(jvm.pid)]
 
 
 def _servers(settings: Settings) -> list[psutil.Process]:
