@@ -10,16 +10,15 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 from deltalake import DeltaTable
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import SparkSession
 
 from analysis.build_inputs import BuildInputs, BuildRecord, current_inputs, freshness_now
 from analysis.dbt_lakehouse_models import source_selector
 from analysis.dbt_project import DbtOutcome, DbtPaths, TransformError, prepare_project, run_dbt
-from lakehouse.catalog import registered_tables
+from analysis.lakehouse_rows import lakehouse_tables, rows_held
 from lakehouse.definitions import LAYERS, load_definitions
 from lakehouse.storage import storage_options, table_uri
-from lakehouse.table_status import row_count
 from settings import Settings
 from settings.report import Report
 
@@ -56,8 +55,7 @@ def analysis_session(settings: Settings, result: TransformResult, report: Report
     from spark_streaming.spark_conf import SMALL_READ_ROWS
 
     paths = paths or prepare_project(settings)
-    result.tables = sorted(name for name in registered_tables(settings)
-                           if name.split(".", 1)[0] in LAYERS)  # not dbt's marts
+    result.tables = lakehouse_tables(settings)
     if not result.tables:
         raise TransformError(
             "the table catalog has no lakehouse tables (metastore database "
@@ -69,30 +67,9 @@ def analysis_session(settings: Settings, result: TransformResult, report: Report
         report(f"{len(result.tables)} lakehouse tables in the catalog")
         # dbt's queries on this session: interpreted when the lakehouse is small (a full
         # build over a test-sized lakehouse 64.3-64.5 s generated, 56.3-56.8 interpreted)
-        held.enter_context(confs_for_rows(spark, settings, _rows_held(settings, result.tables),
-                                          SMALL_READ_ROWS))
+        rows = rows_held(settings, result.tables, SMALL_READ_ROWS)
+        held.enter_context(confs_for_rows(spark, settings, rows, SMALL_READ_ROWS))
         yield spark, paths
-
-
-def _rows_held(settings: Settings, tables: list[str]) -> int:
-    """Rows of the lakehouse tables (catalog names), from their logs' file statistics; a
-    table without them counts as large."""
-    from spark_streaming.spark_conf import SMALL_READ_ROWS
-
-    rows = 0
-    for name in tables:
-        uri = table_uri(settings, name.split(".", 1)[1])
-        try:
-            table = DeltaTable(uri, storage_options=storage_options(settings, uri))
-        except TableNotFoundError:
-            continue
-        except (DeltaError, OSError):  # unreadable here: dbt will say why; count it large
-            rows += SMALL_READ_ROWS
-            continue
-        counted = row_count(table)
-        del table  # see docs/architecture.md: delta-rs objects are dropped explicitly
-        rows += SMALL_READ_ROWS if counted is None else counted
-    return rows
 
 
 def transform(settings: Settings, dbt_args: list[str], report: Report, *,

@@ -139,7 +139,7 @@ def _count_through_the_sql_endpoint(settings: Settings, table: str) -> tuple[int
 
 
 SILVER_BATCH = re.compile(r"lakehouse\.silver: silver_\w+ batch \d+: \d+ rows read, \d+ "
-                          r"changed; size [\d.]+ s, parse [\d.]+ s, count [\d.]+ s")
+                          r"changed; size [\d.]+ s, (?:files [\d.]+ s, )?count [\d.]+ s")
 
 
 def _logged_since(log_file: Path, offset: int) -> str:

@@ -75,10 +75,11 @@ class SilverPipeline:
         # generated code pays only for large batches (spark_conf.SMALL_BATCH_ROWS)
         use_small_batch_confs(spark, self.settings, rows)
         phases.done("size")
-        # Materialised between parsing and routing: Spark would otherwise inline the wide
+        # Checkpointed between parsing and routing: Spark would otherwise inline the wide
         # parsing expressions into every rule and stage column (slow planning and codegen).
-        parsed = self.parser(batch).localCheckpoint(eager=True)
-        phases.done("parse")
+        # Lazily: the checkpoint and the routed rows' cache fill in the one job that counts
+        # the routed rows (no job of the parse's own).
+        parsed = self.parser(batch).localCheckpoint(eager=False)
         routed = route(parsed, self.spec, self.table, self.rules)
         frame = routed.frame.persist(StorageLevel.MEMORY_AND_DISK)
         try:
