@@ -176,6 +176,17 @@ class TableDefinition(_Strict):
                 raise ValueError(f"{name}: empty expression")
         return value
 
+    def _zorder_without_statistics(self) -> list[str]:
+        """The `zorder_by` columns outside Delta's statistics columns: the first
+        `delta.dataSkippingNumIndexedCols` columns that are not partition columns (unless
+        `delta.dataSkippingStatsColumns` names them instead)."""
+        indexed = self.properties.get("delta.dataSkippingNumIndexedCols", "32")
+        if ("delta.dataSkippingStatsColumns" in self.properties
+                or not indexed.lstrip("-").isdigit() or int(indexed) < 0):
+            return []
+        counted = [c.name for c in self.columns if c.name not in self.partition_by]
+        return [c for c in self.zorder_by if c not in counted[:int(indexed)]]
+
     @model_validator(mode="after")
     def _consistent(self) -> TableDefinition:
         names = [c.name for c in self.columns]
@@ -200,6 +211,12 @@ class TableDefinition(_Strict):
         if in_partition:
             raise ValueError(f"zorder_by: {in_partition} are partition columns (Z-order "
                              "works inside a partition)")
+        unindexed = self._zorder_without_statistics()
+        if unindexed:
+            raise ValueError(f"zorder_by: {unindexed} get no file statistics (only the first "
+                             f"{self.properties['delta.dataSkippingNumIndexedCols']} columns "
+                             "that are not partition columns do): Delta refuses to Z-order "
+                             "on them, and they could not skip files anyway")
         required, why = LAYER_PROPERTIES.get(self.layer, ({}, ""))
         for key, setting in required.items():
             if self.properties.get(key) != setting:

@@ -185,15 +185,10 @@ def _executor_pythonpath(settings: Settings) -> dict[str, str]:
 # so each silver batch chooses by its row count (SMALL_BATCH_ROWS) and the continuous
 # ingest sets them for its bronze queries; other Spark processes keep Spark's default
 # (FALLBACK: generated code). Internal to Spark; a profile's spark.conf naming the key wins
-# (docs/architecture.md). Adaptive execution is off for them too: on a few rows it only
-# re-plans each query stage after the one before (`BENCH=silver_batch` with it off for
-# every batch, same sitting: a 25-row status batch 2.93 s against 2.68 s, a 1,000-row
-# one 4.05 s and 6.95 CPU-s against 3.47 and 6.04).
-SMALL_BATCH_CONFS = {"spark.sql.codegen.factoryMode": "NO_CODEGEN",
-                     "spark.sql.adaptive.enabled": "false"}
+# (docs/architecture.md).
+SMALL_BATCH_CONFS = {"spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 # Spark's own values of SMALL_BATCH_CONFS, for a large batch in a session that has them.
-LARGE_BATCH_CONFS = {"spark.sql.codegen.factoryMode": "FALLBACK",
-                     "spark.sql.adaptive.enabled": "true"}
+LARGE_BATCH_CONFS = {"spark.sql.codegen.factoryMode": "FALLBACK"}
 # Below this many rows a silver micro-batch runs interpreted. Silver's parse of station
 # statuses (2 cores, warm driver): 3 rows 0.27 s interpreted against 0.44 s generated,
 # 50,000 rows 14.5 s against 4.4 s: about 0.2 ms a row more, 0.2 s a batch less.

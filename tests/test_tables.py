@@ -331,6 +331,7 @@ INVALID = {
     "bronze/bronze_g.yaml": ("shape", "'brass' is not a shape (known: bronze, quarantine)"),
     "quarantine/quarantine_h.yaml": ("with.bronze", "missing (the quarantine shape needs"),
     "bronze/bronze_i.yaml": ("with.colour", "not a parameter of the bronze shape"),
+    "silver/silver_j.yaml": ("zorder_by", "['distance_km'] get no file statistics"),
 }
 SHAPED = {
     "bronze/bronze_g.yaml": "shape: brass\nwith: {topic: g, value: text}\n",
@@ -425,6 +426,9 @@ def test_invalid_definitions_are_rejected_naming_file_and_field(tmp_path: Path) 
                                                     "nosuch >= 0"),
         "silver/silver_e.yaml": lambda t: t + "colour: blue\n",
         "gold/silver_f.yaml": lambda t: t,
+        "silver/silver_j.yaml": lambda t: t.replace(
+            "delta.dataSkippingNumIndexedCols: 3", "delta.dataSkippingNumIndexedCols: 1").replace(
+            "zorder_by: [trip_id]", "zorder_by: [distance_km]"),
         **{relative: lambda _, text=text: "name: silver_trips\n" + text
            for relative, text in SHAPED.items()},
     }
