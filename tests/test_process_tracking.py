@@ -26,8 +26,13 @@ def started(tmp_path: Path) -> Iterator[ManagedProcess]:
     # the started program, not the forked parent's copy any more (old-format files need it)
     assert wait_until(lambda: "lakehouse-pid-test" in " ".join(psutil.Process(pid).cmdline()),
                       10, interval=0.05)
+    sleeper = psutil.Process(pid)  # knows its start time: never another process later
     yield process
     process.stop(timeout=5)
+    # a test that made the file stale leaves the sleeper unknown to `stop`: ended here
+    if sleeper.is_running():
+        sleeper.kill()
+        sleeper.wait(timeout=5)
 
 
 def test_the_started_process_is_found_and_stopped(started: ManagedProcess) -> None:
