@@ -109,10 +109,36 @@ def _first_line(cell: NotebookNode) -> str:
     return lines[0] if lines else ""
 
 
+class _Signals:
+    """Ctrl-C (or SIGTERM) for every notebook of one run: each running cell is
+    interrupted and no further notebook starts. One handler for the loop: a handler per
+    notebook would replace the one before it."""
+
+    def __init__(self) -> None:
+        self.received = False
+        self._running: list[_NotebookRun] = []
+
+    def take(self, run: _NotebookRun) -> None:
+        self._running.append(run)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, self._interrupt)
+
+    def release(self, run: _NotebookRun) -> None:
+        if run in self._running:
+            self._running.remove(run)
+
+    def _interrupt(self) -> None:
+        self.received = True
+        for run in self._running:
+            run.interrupt()
+
+
 class _NotebookRun:
     """One notebook in its own kernel (the project's interpreter, the CLI's environment)."""
 
-    def __init__(self, settings: Settings, source: Path, work_dir: Path) -> None:
+    def __init__(self, settings: Settings, source: Path, work_dir: Path,
+                 signals: _Signals) -> None:
         self.settings = settings
         self.source = source
         self.work_dir = work_dir
@@ -126,7 +152,8 @@ class _NotebookRun:
             self.notebook, km=self._kernel_manager(),
             timeout=settings.analysis.notebook_cell_timeout_seconds,
             startup_timeout=120, allow_errors=False, record_timing=True,
-            on_notebook_start=self._take_signals, on_cell_execute=self._started,
+            on_notebook_start=lambda notebook: signals.take(self),
+            on_cell_execute=self._started,
             on_cell_executed=self._count_rows)
 
     def _kernel_manager(self) -> AsyncKernelManager:
@@ -168,14 +195,9 @@ class _NotebookRun:
         content = (reply or {}).get("content", {})
         return content.get("user_expressions", {}).get("value", {})
 
-    def _take_signals(self, notebook: NotebookNode) -> None:
-        # nbclient's own handlers tear the kernel down under the running cell; ours
-        # interrupt the cell, then `execute` stops Spark and the kernel in order.
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, self._interrupt)
-
-    def _interrupt(self) -> None:
+    def interrupt(self) -> None:
+        # nbclient's own handlers would tear the kernel down under the running cell;
+        # this interrupts the cell, then `execute` stops Spark and the kernel in order.
         self.interrupted = True
         if self.client.km is not None:
             self._interrupting = asyncio.ensure_future(
@@ -246,25 +268,25 @@ def render_html(notebook: NotebookNode, target: Path) -> Path:
     return target
 
 
-def run_notebook(settings: Settings, source: Path, *, html: bool = True,
-                 docs_figure: bool = False) -> NotebookResult:
+async def _run_notebook(settings: Settings, source: Path, signals: _Signals, *,
+                        html: bool, docs_figure: bool) -> NotebookResult:
     """Execute one notebook; writes the executed .ipynb (and .html) to
     <state>/notebooks/ even when it fails, so the failing cell's output can be read.
     With `docs_figure`, a passing notebook's tagged figure goes to analysis.docs_figures_dir."""
     out_dir = settings.state_path / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
-    run = _NotebookRun(settings, source, out_dir)
+    run = _NotebookRun(settings, source, out_dir, signals)
     result = NotebookResult(name=source.stem, source=source,
                             executed=out_dir / source.name, html=None,
                             kernel_log=out_dir / f"{source.stem}.kernel.log",
                             cells=len(run.notebook.cells))
     began = time.perf_counter()
     try:
-        asyncio.run(run.execute(result.kernel_log))
+        await run.execute(result.kernel_log)
     except Exception as exc:  # any failure is reported with the notebook named
         result.error = _error_summary(exc, run)
-    if run.interrupted:
-        raise KeyboardInterrupt
+    finally:
+        signals.release(run)
     result.seconds = round(time.perf_counter() - began, 1)
     result.sql_rows = run.sql_rows
     result.figures = len({id(cell) for cell, _ in figures_of(run.notebook)})
@@ -285,20 +307,40 @@ def run_notebook(settings: Settings, source: Path, *, html: bool = True,
 
 def run_notebooks(settings: Settings, only: str | None, report: Report, *,
                   html: bool = True, docs_figures: bool = False) -> list[NotebookResult]:
-    """Every notebook (or the one named), one kernel each, in name order."""
+    """Every notebook (or the one named), one kernel each, `analysis.notebook_jobs` at a
+    time; the results in name order. A notebook's queries keep about one core busy (the
+    driver plans and commits on one thread), so two side by side take about the time of
+    the longer one on two cores. Ctrl-C interrupts every running notebook and raises
+    KeyboardInterrupt once their kernels and Spark are stopped."""
     paths = notebook_paths(settings, only)
     if not paths:
         folder = settings.project_path(settings.analysis.notebooks_dir)
         raise NotebookError(f"no notebooks in {folder}")
-    results = []
-    for path in paths:
-        report(f"{path.stem}: running ({path})")
-        result = run_notebook(settings, path, html=html, docs_figure=docs_figures)
-        results.append(result)
+    return asyncio.run(_run_all(settings, paths, report, html=html, docs_figures=docs_figures))
+
+
+async def _run_all(settings: Settings, paths: list[Path], report: Report, *,
+                   html: bool, docs_figures: bool) -> list[NotebookResult]:
+    signals = _Signals()
+    slots = asyncio.Semaphore(settings.analysis.notebook_jobs)
+
+    async def one(path: Path) -> NotebookResult | None:
+        async with slots:
+            if signals.received:  # Ctrl-C while this one waited for a slot
+                return None
+            report(f"{path.stem}: running ({path})")
+            result = await _run_notebook(settings, path, signals, html=html,
+                                         docs_figure=docs_figures)
         rows = ", ".join(str(n) for n in result.sql_rows.values())
-        report(f"{result.name}: {'ok' if result.ok else 'FAILED'} in {result.seconds:.1f} s; "
+        state = "interrupted" if signals.received else "ok" if result.ok else "FAILED"
+        report(f"{result.name}: {state} in {result.seconds:.1f} s; "
                f"{len(result.sql_rows)} SQL cells returned rows: {rows or '-'}; "
                f"{result.figures} figure(s); {result.html or result.executed}")
         if result.docs_figure is not None:
             report(f"{result.name}: docs figure written to {result.docs_figure}")
-    return results
+        return result
+
+    results = await asyncio.gather(*(one(path) for path in paths))
+    if signals.received:
+        raise KeyboardInterrupt
+    return [result for result in results if result is not None]

@@ -24,7 +24,8 @@ from cli.terminal import console, say
 def notebooks(ctx: click.Context, only: str | None, no_html: bool, docs_figures: bool) -> None:
     """Execute the SQL notebooks of `analysis.notebooks_dir` headless.
 
-    Each notebook runs in its own kernel on this project's Python with this command's
+    Each notebook runs in its own kernel (`analysis.notebook_jobs` side by side, 2 by
+    default) on this project's Python with this command's
     profile and LAKEHOUSE_* overrides; the first cell builds the SparkSession on the shared
     table catalog, where every table is `<layer>.<name>` (run `lakehouse transform` first
     for the marts). The executed notebooks and their HTML go to
@@ -48,7 +49,7 @@ def notebooks(ctx: click.Context, only: str | None, no_html: bool, docs_figures:
         console.print(f"[red]notebooks failed:[/red] {escape(str(exc))}")
         sys.exit(1)
     except KeyboardInterrupt:
-        console.print("interrupted: the running notebook's kernel and Spark were stopped")
+        console.print("interrupted: the running notebooks' kernels and Spark were stopped")
         sys.exit(130)
     failed = [r for r in results if not r.ok]
     for result in failed:

@@ -334,6 +334,9 @@ class AnalysisSettings(_Section):
     docs_port: int = Field(default=18580, ge=1, le=65535)
     # Seconds a notebook cell may run in `lakehouse notebooks` before it is called failed.
     notebook_cell_timeout_seconds: int = Field(default=600, ge=1)
+    # Notebooks `lakehouse notebooks` runs side by side, each its own kernel and Spark
+    # driver (about 1 GB each): a notebook's queries keep about one core busy.
+    notebook_jobs: int = Field(default=2, ge=1)
 
 
 class RentalsSettings(_Section):
