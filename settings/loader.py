@@ -75,6 +75,20 @@ def _resolve_profile(path: Path, profiles: dict[str, Any], name: str) -> dict[st
     return values
 
 
+# Mappings whose keys are names of another system, not fields: below them a variable keeps
+# its spelling (Spark's conf names are case-sensitive, so a lowercased
+# spark.sql.adaptive.coalescePartitions.enabled would be a conf Spark never reads).
+_FREE_FORM_KEYS = {("spark", "conf")}
+
+
+def _path(name: str) -> tuple[str, ...]:
+    """SECTION__KEY -> ("section", "key"); field names lowercased, free-form keys kept."""
+    path: list[str] = []
+    for part in name.split(NESTED_DELIMITER):
+        path.append(part if tuple(path) in _FREE_FORM_KEYS else part.lower())
+    return tuple(path)
+
+
 def _overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[tuple[str, ...], str]]:
     """Nested values from LAKEHOUSE_<SECTION>__<KEY> variables and which variable set each."""
     values: dict[str, Any] = {}
@@ -82,9 +96,7 @@ def _overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[tuple[s
     for variable, raw in environ.items():
         if not variable.startswith(ENV_PREFIX) or variable in _LOADER_VARIABLES:
             continue
-        path = tuple(
-            part.lower() for part in variable[len(ENV_PREFIX) :].split(NESTED_DELIMITER)
-        )
+        path = _path(variable[len(ENV_PREFIX) :])
         node = values
         for part in path[:-1]:
             node = node.setdefault(part, {})

@@ -54,6 +54,15 @@ def test_environment_beats_env_file_beats_yaml(project: Path) -> None:
     assert "s3cret" not in settings.model_dump_json()
 
 
+def test_a_spark_conf_from_the_environment_keeps_its_spelling(project: Path) -> None:
+    """Section and field names are case-insensitive; Spark's conf names are not."""
+    settings = load_settings(environ={
+        "LAKEHOUSE_SPARK__CONF__spark.sql.adaptive.coalescePartitions.enabled": "false",
+        "LAKEHOUSE_Spark__Shuffle_Partitions": "3"}, project_dir=project)
+    assert settings.spark.conf == {"spark.sql.adaptive.coalescePartitions.enabled": "false"}
+    assert settings.spark.shuffle_partitions == 3
+
+
 def test_profile_chosen_by_environment(project: Path) -> None:
     settings = load_settings(environ={"LAKEHOUSE_PROFILE": "child"}, project_dir=project)
     assert settings.profile == "child"
