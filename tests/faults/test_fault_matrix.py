@@ -5,8 +5,9 @@ prove every layer exactly-once.
 It runs on the shared ingest's lakehouse (tables, checkpoints, catalog), from where the
 suite's other tests left it: its tables exist and the topics' history is in bronze, so the
 first kill comes after a few small batches instead of a 29-table DDL round and a parse of
-the whole history (about 90 s of the test), and its exactly-once checks cover everything
-the suite ingested there (the Ctrl-C ingest and the idle queries included).
+the whole history (about 50 s sooner), and its exactly-once checks cover everything the
+suite ingested there (the idle queries' batches and the gold rounds after test_transform's
+RESTOREs included).
 
 A killed server comes back through the ingest's own supervision and the running ingest
 resumes by itself; only a killed driver needs the ingest started again. Afterwards:
