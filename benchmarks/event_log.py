@@ -1,7 +1,7 @@
 """`python -m benchmarks.event_log FILE`: where a Spark driver's time went, per SQL execution
 and per job, from Spark's event log.
 
-A micro-batch's seconds hide a dozen Spark jobs (a Delta MERGE alone runs eight to
+A micro-batch's seconds hide a dozen Spark jobs (a small Delta MERGE alone runs about
 thirteen, the table's state rebuilt from its log among them). Run any command or
 benchmark with the event log on, through the environment, e.g.
 
@@ -114,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--last", type=int, default=0,
                         help="only the last N root executions and what ran inside them")
     args = parser.parse_args(argv)
+    if not args.file.is_file():
+        parser.error(f"{args.file}: no such file (Spark writes its event logs under "
+                     "spark.eventLog.dir)")
     found = executions(events(args.file))
     roots = args.root or []
     if args.last:
