@@ -182,11 +182,15 @@ def test_statuses_deduplicated_bad_rows_quarantined_and_rebuild_equal(
 
     # re-delivery: the same statuses again (new offsets), one new status and one new bad
     # record (a new run: it learns the offsets quarantine holds, and appends beyond them);
-    # the table counted as one of many files from its first file on
+    # the table counted as one of many files from its first file on. The first run's small
+    # batch was committed from the driver (delta-rs); this one takes a large batch's path,
+    # Spark's MERGE on the executors
     monkeypatch.setattr(dedupe_append, "BOUNDED_MERGE_MIN_FILES", 1)
     bronze.append([*good, ("s1", _status("s1", bikes=4, updated=EPOCH + 60)),
                    ("s10", _status("s10", bikes=-1))])
-    run_silver(spark, lake, ["silver_station_status"], report=lambda _: None)
+    on_executors = lake.model_copy(update={
+        "spark": lake.spark.model_copy(update={"driver_commit_rows": 0})})
+    run_silver(spark, on_executors, ["silver_station_status"], report=lambda _: None)
     incremental = _rows(lake, "silver_station_status")
     assert len(incremental) == 4
     assert [r for r in incremental if r["station_id"] == "s1" and r["kafka_offset"] != 0] != []

@@ -93,7 +93,8 @@ class SilverPipeline:
             check_fail_rules(routed, self.spec.table, batch_id, counts)
             if counts["quarantined"]:
                 self.quarantine.add(quarantine_rows(routed), counts["_held"] > 0,
-                                    self.run_id, batch_id)
+                                    self.run_id, batch_id,
+                                    on_driver=self._on_driver(counts["quarantined"]))
                 phases.done("quarantine")
             counts["changed"] = (self._write_silver(spark, good_rows(routed, self.table),
                                                     batch_id, counts)
@@ -110,15 +111,22 @@ class SilverPipeline:
         self.batches += 1
         self.last_phases = phases.seconds
 
+    def _on_driver(self, rows: int) -> bool:
+        """Whether a write of `rows` rows commits from the driver (delta-rs)."""
+        return rows <= self.settings.spark.driver_commit_rows
+
     def _write_silver(self, spark: SparkSession, rows: DataFrame, batch_id: int,
                       counts: dict[str, Any]) -> int:
         mode, target, run_id = self.spec.mode, self.silver, self.run_id
+        on_driver = self._on_driver(counts["passed"])
         if mode == "dedupe_append":
-            return dedupe_append.write(rows, self.table, target, run_id, batch_id, counts)
+            return dedupe_append.write(rows, self.table, target, run_id, batch_id, counts,
+                                       on_driver=on_driver)
         if mode == "cdc_merge":
             return cdc_merge.write(rows, list(self.spec.key), self.table, target, run_id,
-                                   batch_id)
-        return scd2.write(spark, rows, self.spec, self.table, target, run_id, batch_id)
+                                   batch_id, on_driver=on_driver)
+        return scd2.write(spark, rows, self.spec, self.table, target, run_id, batch_id,
+                          on_driver=on_driver)
 
     def _metrics_rows(self, counts: dict[str, int], batch_id: int) -> list[dict[str, object]]:
         checked = counts["checked"]

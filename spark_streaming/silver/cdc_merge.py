@@ -16,18 +16,19 @@ from pyspark.sql import functions as F
 from lakehouse.definitions import TableDefinition
 from spark_streaming.silver.dedupe_append import first_per_key
 from spark_streaming.silver.delta_writes import DeltaTarget
+from spark_streaming.silver.merge_clauses import Clause, key_predicate
 
 NEWER = ("s.source_lsn > t.source_lsn OR "
          "(s.source_lsn = t.source_lsn AND s.source_ts_ms > t.source_ts_ms)")
 
 
 def write(rows: DataFrame, key: list[str], table: TableDefinition, target: DeltaTarget,
-          run_id: str, batch_id: int) -> int:
+          run_id: str, batch_id: int, *, on_driver: bool = False) -> int:
     # newest change first; among copies of one change the first delivered, as a replay
     # applied in a later batch leaves it (an equal change is not newer)
     order = [F.col("source_lsn").desc(), F.col("source_ts_ms").desc(),
              F.col("kafka_partition"), F.col("kafka_offset")]
     newest = first_per_key(rows, key, order)
-    merge = (target.merge(newest, " AND ".join(f"t.`{c}` = s.`{c}`" for c in key))
-             .whenMatchedUpdateAll(condition=NEWER).whenNotMatchedInsertAll())
-    return target.execute(merge, rows.sparkSession, run_id, batch_id)
+    return target.merge_once(newest, key_predicate(key),
+                             [Clause("update_all", NEWER), Clause("insert_all")],
+                             run_id, batch_id, on_driver=on_driver)

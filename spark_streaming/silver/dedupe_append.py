@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.definitions import TableDefinition
 from spark_streaming.silver.delta_writes import DeltaTarget
+from spark_streaming.silver.merge_clauses import Clause, key_predicate
 
 
 def first_per_key(rows: DataFrame, key: list[str], order: list) -> DataFrame:
@@ -47,16 +48,18 @@ def bounded(target: DeltaTarget, spark: SparkSession) -> bool:
 
 
 def write(rows: DataFrame, table: TableDefinition, target: DeltaTarget, run_id: str,
-          batch_id: int, bounds: dict[str, Any] | None = None) -> int:
+          batch_id: int, bounds: dict[str, Any] | None = None, *,
+          on_driver: bool = False) -> int:
     """`bounds`: routing.count's `_lo:<column>`/`_hi:<column>` literals of the passed rows
-    (none: the key alone)."""
+    (none: the key alone); Spark's MERGE only (delta-rs narrows the files it reads by the
+    batch's own key values)."""
     key = list(table.unique_key)
     unique = first_per_key(rows, key, [F.col("kafka_partition"), F.col("kafka_offset")])
     on = key + [c for c in table.partition_by if c not in key]
-    condition = [f"t.`{c}` = s.`{c}`" for c in on]
-    for column in ranged_columns(table):
+    condition = [key_predicate(on)]
+    for column in ranged_columns(table) if not on_driver else []:
         low, high = (bounds or {}).get(f"_lo:{column}"), (bounds or {}).get(f"_hi:{column}")
         if low is not None and high is not None:
-            condition += [f"t.`{column}` >= {low}", f"t.`{column}` <= {high}"]
-    merge = target.merge(unique, " AND ".join(condition)).whenNotMatchedInsertAll()
-    return target.execute(merge, rows.sparkSession, run_id, batch_id)
+            condition += [f"t.{column} >= {low}", f"t.{column} <= {high}"]
+    return target.merge_once(unique, " AND ".join(condition), [Clause("insert_all")],
+                             run_id, batch_id, on_driver=on_driver)

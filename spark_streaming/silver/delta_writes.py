@@ -1,27 +1,31 @@
-"""Delta commits with delta-spark, exactly once per (table, run, micro-batch).
+"""Delta commits, exactly once per (table, run, micro-batch).
 
 Every write carries Delta's app transaction (run id, batch id): appends through the
 writer's `txnAppId`/`txnVersion` options, MERGEs through the session's
-`spark.databricks.delta.write.txnAppId`/`txnVersion`. Delta skips a write whose batch id
-the table already recorded for the run, so a micro-batch replayed after a crash never
-writes twice. Inside foreachBatch the batch's session is the streaming query's own clone,
-so the MERGE settings never leak into another query's commits. CHECK constraints and NOT
-NULL columns are enforced by Delta itself.
+`spark.databricks.delta.write.txnAppId`/`txnVersion`, or, for a MERGE small enough to
+run on the driver, through delta-rs's commit properties after asking the table for the
+run's last batch id. Either way a micro-batch replayed after a crash never writes twice.
+Inside foreachBatch the batch's session is the streaming query's own clone, so the MERGE
+settings never leak into another query's commits. CHECK constraints and NOT NULL columns
+are enforced by both writers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from delta.tables import DeltaMergeBuilder, DeltaTable
+import deltalake
+import pyarrow as pa
+from delta.tables import DeltaTable
 from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from lakehouse.storage import spark_uri, table_uri
+from lakehouse.storage import spark_uri, storage_options, table_uri
 from settings import Settings
 from spark_streaming.conform import conformed
+from spark_streaming.silver.merge_clauses import Clause
 
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -49,6 +53,31 @@ def merged_rows(metrics: DataFrame | None) -> int:
                ("num_inserted_rows", "num_updated_rows", "num_deleted_rows"))
 
 
+def _recorded(table: deltalake.DeltaTable, run_id: str, batch_id: int) -> bool:
+    """Whether the table holds this batch of this run (delta-rs commits do not skip it
+    themselves, as Spark's do)."""
+    done = table.transaction_version(run_id)
+    return done is not None and done >= batch_id
+
+
+def _once(run_id: str, batch_id: int) -> deltalake.CommitProperties:
+    return deltalake.CommitProperties(
+        app_transactions=[deltalake.Transaction(app_id=run_id, version=batch_id)])
+
+
+def _arrow_rows(data: DataFrame, table: deltalake.DeltaTable) -> pa.Table:
+    """The rows as Arrow in the table's own column types, extra columns after them.
+
+    Built again from Python values, not cast from Spark's Arrow: a MERGE whose source
+    column of lists held only empty lists, as Spark's `toArrow` gave it, made delta-rs
+    1.6.6 panic in its join (a slice of the lists' values out of range)."""
+    rows = data.toArrow()
+    schema = pa.schema(table.schema().to_arrow())
+    fields = [f.with_nullable(True) for f in schema]
+    fields += [rows.schema.field(n) for n in rows.column_names if n not in schema.names]
+    return pa.Table.from_pylist(rows.to_pylist(), schema=pa.schema(fields))
+
+
 class DeltaTarget:
     """One Delta table the silver job commits to."""
 
@@ -58,6 +87,7 @@ class DeltaTarget:
         self.path = spark_uri(self.uri)
         self._schema: StructType | None = None
         self._table: DeltaTable | None = None  # known_files' handle on the table's log
+        self._options = storage_options(settings, self.uri)
 
     def open(self, spark: SparkSession) -> DeltaTable:
         return DeltaTable.forPath(spark, self.path)
@@ -86,29 +116,61 @@ class DeltaTarget:
         except Py4JError:
             return None
 
-    def append(self, data: DataFrame, run_id: str, batch_id: int) -> None:
-        """Append `data` once for (run, batch); Delta skips a batch it recorded before."""
-        (conformed(data, self.schema(data.sparkSession)).write.format("delta").mode("append")
-         .option("txnAppId", run_id).option("txnVersion", batch_id).save(self.path))
+    def append(self, data: DataFrame, run_id: str, batch_id: int, *,
+               on_driver: bool = False) -> None:
+        """Append `data` once for (run, batch); Delta skips a batch it recorded before.
+        `on_driver`: collected and appended with delta-rs, as `merge_once`."""
+        rows = conformed(data, self.schema(data.sparkSession))
+        if not on_driver:
+            (rows.write.format("delta").mode("append")
+             .option("txnAppId", run_id).option("txnVersion", batch_id).save(self.path))
+            return
+        table = deltalake.DeltaTable(self.uri, storage_options=self._options)
+        try:
+            if not _recorded(table, run_id, batch_id):
+                deltalake.write_deltalake(table, _arrow_rows(rows, table), mode="append",
+                                          commit_properties=_once(run_id, batch_id))
+        finally:
+            del table  # see docs/architecture.md: delta-rs objects are dropped explicitly
 
-    def append_new_records(self, data: DataFrame, run_id: str, batch_id: int) -> int:
+    def append_new_records(self, data: DataFrame, run_id: str, batch_id: int, *,
+                           on_driver: bool = False) -> int:
         """Insert the rows whose Kafka coordinates the table does not hold yet: quarantine
         is append-only and keyed by (topic, partition, offset), so a rebuild from bronze
         does not add a record twice."""
         on = " AND ".join(f"t.{c} = s.{c}" for c in
                           ("kafka_topic", "kafka_partition", "kafka_offset"))
-        merge = self.merge(data, on).whenNotMatchedInsertAll()
-        return self.execute(merge, data.sparkSession, run_id, batch_id)
+        return self.merge_once(data, on, [Clause("insert_all")], run_id, batch_id,
+                               on_driver=on_driver)
 
-    def merge(self, data: DataFrame, predicate: str) -> DeltaMergeBuilder:
-        """A MERGE of `data` (alias s) into the table (alias t) for the caller to finish."""
-        return (self.open(data.sparkSession).alias("t")
-                .merge(conformed(data, self.schema(data.sparkSession), keep_extra=True)
-                       .alias("s"), predicate))
-
-    @staticmethod
-    def execute(merge: DeltaMergeBuilder, spark: SparkSession, run_id: str,
-                batch_id: int) -> int:
-        """Run the MERGE once for (run, batch); rows it changed."""
+    def merge_once(self, data: DataFrame, predicate: str, clauses: Sequence[Clause],
+                   run_id: str, batch_id: int, *, on_driver: bool) -> int:
+        """MERGE `data` (alias s) into the table (alias t) once for (run, batch); rows it
+        changed. `on_driver`: collect `data` and commit with delta-rs (small batches: no
+        Spark job of the MERGE's own, no rebuild of the table's state in Spark)."""
+        spark = data.sparkSession
+        source = conformed(data, self.schema(spark), keep_extra=True)
+        if on_driver:
+            return self._merge_with_delta_rs(source, predicate, clauses, run_id, batch_id)
+        merge = self.open(spark).alias("t").merge(source.alias("s"), predicate)
+        for clause in clauses:
+            merge = clause.on_spark(merge)
         with app_transaction(spark, run_id, batch_id):
             return merged_rows(merge.execute())
+
+    def _merge_with_delta_rs(self, source: DataFrame, predicate: str,
+                             clauses: Sequence[Clause], run_id: str, batch_id: int) -> int:
+        table = deltalake.DeltaTable(self.uri, storage_options=self._options)
+        try:
+            if _recorded(table, run_id, batch_id):
+                return 0
+            merge = table.merge(_arrow_rows(source, table), predicate, source_alias="s",
+                                target_alias="t", commit_properties=_once(run_id, batch_id))
+            for clause in clauses:
+                merge = clause.on_delta_rs(merge)
+            metrics = merge.execute()
+        finally:
+            del table  # see docs/architecture.md: delta-rs objects are dropped explicitly
+        return sum(int(metrics.get(k) or 0) for k in
+                   ("num_target_rows_inserted", "num_target_rows_updated",
+                    "num_target_rows_deleted"))

@@ -88,10 +88,12 @@ class QuarantineTable(DeltaTarget):
         return reduce(lambda a, b: a | b, (r.covers(*coordinates) for r in ranges),
                       F.lit(False))
 
-    def add(self, rows: DataFrame, may_hold_some: bool, run_id: str, batch_id: int) -> None:
+    def add(self, rows: DataFrame, may_hold_some: bool, run_id: str, batch_id: int, *,
+            on_driver: bool = False) -> None:
         """Add the batch's quarantined rows once: appended, or merged by coordinates when
-        the table may hold some of them (a rebuild replaying bronze)."""
+        the table may hold some of them (a rebuild replaying bronze); `on_driver`: with
+        delta-rs (see DeltaTarget.merge_once)."""
         if may_hold_some:
-            self.append_new_records(rows, run_id, batch_id)
+            self.append_new_records(rows, run_id, batch_id, on_driver=on_driver)
         else:
-            self.append(rows, run_id, batch_id)
+            self.append(rows, run_id, batch_id, on_driver=on_driver)

@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from lakehouse.definitions import TableDefinition
 from spark_streaming.silver.dedupe_append import first_per_key
 from spark_streaming.silver.delta_writes import DeltaTarget
+from spark_streaming.silver.merge_clauses import Clause, key_predicate
 from spark_streaming.silver.spec import PipelineSpec
 
 CHANGED = ("attributes_hash", "valid_to", "is_current", "kafka_offset", "kafka_partition")
@@ -42,7 +43,8 @@ def history(candidates: DataFrame, key: list[str]) -> DataFrame:
 
 
 def write(spark: SparkSession, rows: DataFrame, spec: PipelineSpec,
-          table: TableDefinition, target: DeltaTarget, run_id: str, batch_id: int) -> int:
+          table: TableDefinition, target: DeltaTarget, run_id: str, batch_id: int, *,
+          on_driver: bool = False) -> int:
     key = list(spec.key)
     columns = [c.name for c in table.columns]
     stored = _stored(spark, target, rows.select(*key).distinct(), key)
@@ -63,9 +65,9 @@ def write(spark: SparkSession, rows: DataFrame, spec: PipelineSpec,
     difference = upserts.unionByName(deletes).localCheckpoint()
     if difference.isEmpty():
         return 0
-    assignments = {f"`{c}`": f"s.`{c}`" for c in columns}
-    merge = (target.merge(difference, " AND ".join(f"t.`{c}` = s.`{c}`" for c in on))
-             .whenMatchedDelete(condition="s._delete")
-             .whenMatchedUpdate(condition="NOT s._delete", set=assignments)
-             .whenNotMatchedInsert(condition="NOT s._delete", values=assignments))
-    return target.execute(merge, spark, run_id, batch_id)
+    assignments = {c: f"s.{c}" for c in columns}
+    return target.merge_once(difference, key_predicate(on), [
+        Clause("delete", "s._delete"),
+        Clause("update", "NOT s._delete", assignments),
+        Clause("insert", "NOT s._delete", assignments),
+    ], run_id, batch_id, on_driver=on_driver)
