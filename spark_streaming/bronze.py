@@ -1,11 +1,14 @@
 """Bronze ingestion: each Kafka topic -> `bronze_<topic>` Delta table, raw and append-only.
 
-Spark's own connectors: `readStream.format("kafka")` (spark-sql-kafka) into
-`writeStream.format("delta")` (delta-spark). Exactly once: the source's offsets live in the
-query's checkpoint and Delta's streaming sink commits each micro-batch with an app
-transaction (query id, batch id), so a batch replayed after a crash is recognised and
-skipped. Connect's producers write in transactions: the source reads `read_committed`.
-A query whose checkpoint is gone resumes after the offsets the table already holds.
+Spark's own Kafka connector (`readStream.format("kafka")`, spark-sql-kafka) into a
+foreachBatch that appends each micro-batch once. Exactly once: the source's offsets live in
+the query's checkpoint and every append carries an app transaction (query id, batch id), as
+Delta's streaming sink commits them, so a batch replayed after a crash is recognised and
+skipped. A batch of at most `spark.driver_commit_rows` records is collected and appended
+from the driver with delta-rs (`driver_commits`: a 20-50 record batch spent seconds in the
+streaming sink's commit); a larger one is written by Spark's executors. Connect's producers
+write in transactions: the source reads `read_committed`. A query whose checkpoint is gone
+resumes after the offsets the table already holds.
 """
 
 from __future__ import annotations
@@ -30,11 +33,12 @@ from pyspark.sql.types import StructType
 from clients import kafka_admin
 from connectors import kafka_inspect
 from lakehouse.definitions import load_definitions
-from lakehouse.storage import spark_uri, table_uri
+from lakehouse.storage import spark_uri, storage_options, table_uri
 from lakehouse.table_status import holds_data
 from settings import Settings
 from settings.report import Report
 from spark_streaming.checkpoint_offsets import committed_source_offsets
+from spark_streaming.driver_commits import append_once
 from spark_streaming.layer_progress import LayerProgress
 from spark_streaming.query_restarts import RestartingQuery
 from spark_streaming.session import confs_for_rows
@@ -62,8 +66,8 @@ class BronzeQuery:
         return spark_uri(self.table_uri)
 
     def delta_app_id(self) -> str | None:
-        """The app-transaction id Delta's sink commits under: the query id Spark keeps in
-        the (local) checkpoint's metadata file; None without a checkpoint."""
+        """The app-transaction id bronze's appends commit under: the query id Spark keeps
+        in the (local) checkpoint's metadata file; None without a checkpoint."""
         try:
             return str(json.loads(Path(self.checkpoint, "metadata").read_text())["id"])
         except (FileNotFoundError, ValueError, KeyError):
@@ -192,17 +196,49 @@ def ensure_table(spark: SparkSession, query: BronzeQuery, schema: StructType) ->
      .property("delta.appendOnly", "true").execute())
 
 
+class BronzeWriter:
+    """The foreachBatch of one bronze query: each micro-batch appended once under the
+    query's id and the batch id (the app transaction Delta's streaming sink commits, so a
+    table and checkpoint the sink wrote go on without a gap or a duplicate)."""
+
+    def __init__(self, settings: Settings, query: BronzeQuery) -> None:
+        self.query = query
+        self.driver_rows = settings.spark.driver_commit_rows
+        self._options = storage_options(settings, query.table_uri)
+        self._app_id: str | None = None
+        self._started = threading.Event()
+
+    def started(self, streaming: StreamingQuery) -> StreamingQuery:
+        """Learn the query's id (its first batch may run before `start` returns)."""
+        self._app_id = str(streaming.id)
+        self._started.set()
+        return streaming
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        self._started.wait()
+        assert self._app_id is not None
+        # one job: at most one row more than a driver commit takes (the Kafka reads stop
+        # there), and those rows are the batch when it is small
+        few = batch.limit(self.driver_rows + 1).toArrow() if self.driver_rows else None
+        if few is not None and few.num_rows <= self.driver_rows:
+            if few.num_rows:  # offsets of aborted transactions only: nothing to record
+                append_once(self.query.table_uri, self._options, few, self._app_id, batch_id)
+            return
+        (batch.write.format("delta").mode("append").option("txnAppId", self._app_id)
+         .option("txnVersion", batch_id).save(self.query.path))
+
+
 def start_query(spark: SparkSession, settings: Settings, query: BronzeQuery, *,
                 available_now: bool, interval: str = "10 seconds",
                 max_offsets_per_trigger: int | None = None) -> StreamingQuery:
     frame = bronze_frame(spark, settings, query, max_offsets_per_trigger)
     ensure_table(spark, query, frame.schema)
-    writer = (frame.writeStream.format("delta").queryName(query.table)
-              .outputMode("append")
+    sink = BronzeWriter(settings, query)
+    writer = (frame.writeStream.foreachBatch(sink).queryName(query.table)
               .option("checkpointLocation", query.checkpoint))
     writer = (writer.trigger(availableNow=True) if available_now
               else writer.trigger(processingTime=interval))
-    return writer.start(query.path)
+    return sink.started(writer.start())
 
 
 @contextmanager

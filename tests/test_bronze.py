@@ -166,12 +166,16 @@ def test_a_changed_topic_prefix_flows_through_to_the_same_bronze_table(
     assert set(rows["value"].to_pylist()) == values
 
 
+@pytest.mark.parametrize("driver_commit_rows", [10_000, 100], ids=["delta-rs", "executors"])
 def test_crash_after_delta_commit_before_spark_commit_is_not_duplicated(
-    stack: Stack, settings: Settings, spark: SparkSession
+    stack: Stack, settings: Settings, spark: SparkSession, driver_commit_rows: int
 ) -> None:
     """Remove the newest entry of the checkpoint's commit log: the state a crash leaves
     between the Delta commit and Spark recording the batch. The replayed batch must be
-    recognised by its app transaction and skipped."""
+    recognised by its app transaction and skipped, whether its 500 records were appended
+    from the driver (delta-rs) or by Spark's executors (a batch over driver_commit_rows)."""
+    settings = settings.model_copy(update={"spark": settings.spark.model_copy(
+        update={"driver_commit_rows": driver_commit_rows})})
     topic, values = _topic_with_records(settings, 1500)
     run_available_now(spark, settings, [topic], lambda _m: None, max_offsets_per_trigger=500)
     _assert_exactly_once(settings, topic, values)
@@ -192,6 +196,15 @@ def test_crash_after_delta_commit_before_spark_commit_is_not_duplicated(
     assert _table(settings, topic).version() == version_before
     counts = pc.value_counts(_rows(settings, topic)["partition"]).to_pylist()
     assert sum(c["counts"] for c in counts) == len(values)
+    # each append by the writer its size calls for (delta-rs records its engine as
+    # "delta-rs:py-<version>")
+    appends = [(c.get("engineInfo", ""), c["operationMetrics"])
+               for c in _table(settings, topic).history() if c["operation"] == "WRITE"]
+    writers = {("delta-rs" if engine.startswith("delta-rs") else "spark",
+                int(m.get("num_added_rows") or m.get("numOutputRows")) <= driver_commit_rows)
+               for engine, m in appends}
+    assert writers == ({("delta-rs", True)} if driver_commit_rows == 10_000
+                       else {("spark", False), ("delta-rs", True)})
 
 
 def test_caught_up_only_when_the_next_round_would_read_nothing(

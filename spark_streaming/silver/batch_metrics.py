@@ -16,10 +16,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
 from lakehouse.storage import storage_options, table_uri
 from settings import Settings
+from spark_streaming.driver_commits import once, recorded
 
 METRICS_TABLE = "quality_batch_metrics"
 _ONE_AT_A_TIME = threading.Lock()
@@ -41,12 +42,10 @@ class BatchMetricsTable:
     def _append(self, records: Sequence[dict[str, Any]], run_id: str, batch_id: int) -> bool:
         table = DeltaTable(self.uri, storage_options=self._options)
         try:
-            done = table.transaction_version(run_id)
-            if done is not None and done >= batch_id:
+            if recorded(table, run_id, batch_id):
                 return False
             rows = pa.Table.from_pylist(list(records), schema=pa.schema(table.schema().to_arrow()))
-            write_deltalake(table, rows, mode="append", commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=run_id, version=batch_id)]))
+            write_deltalake(table, rows, mode="append", commit_properties=once(run_id, batch_id))
             return True
         finally:
             del table  # see docs/architecture.md: delta-rs objects are dropped explicitly

@@ -16,7 +16,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import deltalake
-import pyarrow as pa
 from delta.tables import DeltaTable
 from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
@@ -25,6 +24,7 @@ from pyspark.sql.types import StructType
 from lakehouse.storage import spark_uri, storage_options, table_uri
 from settings import Settings
 from spark_streaming.conform import conformed
+from spark_streaming.driver_commits import append_once, once, recorded, table_rows
 from spark_streaming.silver.merge_clauses import Clause
 
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -51,31 +51,6 @@ def merged_rows(metrics: DataFrame | None) -> int:
     values = row.asDict()
     return sum(int(values.get(k) or 0) for k in
                ("num_inserted_rows", "num_updated_rows", "num_deleted_rows"))
-
-
-def _recorded(table: deltalake.DeltaTable, run_id: str, batch_id: int) -> bool:
-    """Whether the table holds this batch of this run (delta-rs commits do not skip it
-    themselves, as Spark's do)."""
-    done = table.transaction_version(run_id)
-    return done is not None and done >= batch_id
-
-
-def _once(run_id: str, batch_id: int) -> deltalake.CommitProperties:
-    return deltalake.CommitProperties(
-        app_transactions=[deltalake.Transaction(app_id=run_id, version=batch_id)])
-
-
-def _arrow_rows(data: DataFrame, table: deltalake.DeltaTable) -> pa.Table:
-    """The rows as Arrow in the table's own column types, extra columns after them.
-
-    Built again from Python values, not cast from Spark's Arrow: a MERGE whose source
-    column of lists held only empty lists, as Spark's `toArrow` gave it, made delta-rs
-    1.6.6 panic in its join (a slice of the lists' values out of range)."""
-    rows = data.toArrow()
-    schema = pa.schema(table.schema().to_arrow())
-    fields = [f.with_nullable(True) for f in schema]
-    fields += [rows.schema.field(n) for n in rows.column_names if n not in schema.names]
-    return pa.Table.from_pylist(rows.to_pylist(), schema=pa.schema(fields))
 
 
 class DeltaTarget:
@@ -125,13 +100,7 @@ class DeltaTarget:
             (rows.write.format("delta").mode("append")
              .option("txnAppId", run_id).option("txnVersion", batch_id).save(self.path))
             return
-        table = deltalake.DeltaTable(self.uri, storage_options=self._options)
-        try:
-            if not _recorded(table, run_id, batch_id):
-                deltalake.write_deltalake(table, _arrow_rows(rows, table), mode="append",
-                                          commit_properties=_once(run_id, batch_id))
-        finally:
-            del table  # see docs/architecture.md: delta-rs objects are dropped explicitly
+        append_once(self.uri, self._options, rows.toArrow(), run_id, batch_id)
 
     def append_new_records(self, data: DataFrame, run_id: str, batch_id: int, *,
                            on_driver: bool = False) -> int:
@@ -162,10 +131,11 @@ class DeltaTarget:
                              clauses: Sequence[Clause], run_id: str, batch_id: int) -> int:
         table = deltalake.DeltaTable(self.uri, storage_options=self._options)
         try:
-            if _recorded(table, run_id, batch_id):
+            if recorded(table, run_id, batch_id):
                 return 0
-            merge = table.merge(_arrow_rows(source, table), predicate, source_alias="s",
-                                target_alias="t", commit_properties=_once(run_id, batch_id))
+            merge = table.merge(table_rows(source.toArrow(), table), predicate,
+                                source_alias="s", target_alias="t",
+                                commit_properties=once(run_id, batch_id))
             for clause in clauses:
                 merge = clause.on_delta_rs(merge)
             metrics = merge.execute()
