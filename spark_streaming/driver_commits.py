@@ -11,8 +11,14 @@ batch by itself: callers ask `recorded` first, in the same table snapshot they c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import deltalake
 import pyarrow as pa
+
+from spark_streaming.merge_clauses import Clause
+
+_CHANGED = ("num_target_rows_inserted", "num_target_rows_updated", "num_target_rows_deleted")
 
 
 def recorded(table: deltalake.DeltaTable, app_id: str, batch_id: int) -> bool:
@@ -53,3 +59,29 @@ def append_once(uri: str, options: dict[str, str], rows: pa.Table, app_id: str,
         return True
     finally:
         del table  # see docs/architecture.md: delta-rs objects are dropped explicitly
+
+
+def merge(uri: str, options: dict[str, str], rows: pa.Table, predicate: str,
+          clauses: Sequence[Clause], *, once_for: tuple[str, int] | None = None,
+          user_metadata: str | None = None) -> int:
+    """MERGE `rows` (Spark's Arrow, alias s) into the table at `uri` (alias t); rows it
+    inserted, updated or deleted. `once_for` (app id, batch id): skipped (0) when the table
+    recorded that batch, recorded with the commit otherwise. `user_metadata`: the commit's
+    `userMetadata`, as Spark's `spark.databricks.delta.commitInfo.userMetadata` sets it."""
+    table = deltalake.DeltaTable(uri, storage_options=options)
+    try:
+        if once_for is not None and recorded(table, *once_for):
+            return 0
+        properties = once(*once_for) if once_for is not None else deltalake.CommitProperties()
+        if user_metadata is not None:
+            properties = deltalake.CommitProperties(
+                custom_metadata={"userMetadata": user_metadata},
+                app_transactions=properties.app_transactions)
+        merger = table.merge(table_rows(rows, table), predicate, source_alias="s",
+                             target_alias="t", commit_properties=properties)
+        for clause in clauses:
+            merger = clause.on_delta_rs(merger)
+        metrics = merger.execute()
+    finally:
+        del table  # see docs/architecture.md: delta-rs objects are dropped explicitly
+    return sum(int(metrics.get(name) or 0) for name in _CHANGED)

@@ -25,6 +25,7 @@ from lakehouse.storage import spark_uri, storage_options
 from lakehouse.table_manager import apply_plan, plan_table, table_location
 from settings import Settings
 from spark_streaming.gold import run_gold
+from spark_streaming.gold.progress import consumed_versions
 from tests.conftest import invoke_cli
 
 SYSTEM = "lakeside"
@@ -62,8 +63,12 @@ class Lake:
         unique_key = load_definitions(tables=[name])[0].unique_key
         return {tuple(r[c] for c in unique_key): r for r in self.rows(name)}
 
-    def gold(self, spark: SparkSession, rebuild: bool = False) -> dict[str, int]:
-        return run_gold(spark, self.settings, rebuild=rebuild, report=print)
+    def gold(self, spark: SparkSession, rebuild: bool = False,
+             driver_commit_rows: int | None = None) -> dict[str, int]:
+        settings = self.settings if driver_commit_rows is None else self.settings.model_copy(
+            update={"spark": self.settings.spark.model_copy(
+                update={"driver_commit_rows": driver_commit_rows})})
+        return run_gold(spark, settings, rebuild=rebuild, report=print)
 
 
 @dataclass
@@ -226,7 +231,9 @@ def test_incremental_replaces_only_affected_keys(built: Built, spark: SparkSessi
     lake.table("silver_rentals").update(predicate="rental_id = 5",
                                         updates={"is_deleted": "true", "source_op": "'d'"})
     lake.append("silver_weather_hourly", [weather("lakeside", 12, 3.0, 0.0, 4.0)])
-    written = lake.gold(spark)
+    # this round's MERGEs on Spark's executors, as a round of more keys than
+    # spark.driver_commit_rows runs them; the next one's from the driver (delta-rs)
+    written = lake.gold(spark, driver_commit_rows=0)
     assert written["gold_station_availability_15min"] == 1
 
     windows = lake.keyed("gold_station_availability_15min")
@@ -249,6 +256,7 @@ def test_incremental_replaces_only_affected_keys(built: Built, spark: SparkSessi
 
     hourly = lake.keyed("gold_system_utilisation_hourly")
     assert hourly[(SYSTEM, at(10, 0))]["rentals_started"] == 2
+    assert _engines(lake, "gold_station_availability_15min")[-1] == "Apache-Spark"
 
     # nothing new in silver: no commit at all
     versions = {name: lake.table(name).version() for name in before}
@@ -267,10 +275,28 @@ def test_incremental_replaces_only_affected_keys(built: Built, spark: SparkSessi
     assert lake.gold(spark)["gold_system_utilisation_hourly"] == 0
     assert lake.table("gold_system_utilisation_hourly").version() == hourly_table.version() + 1
 
+    # a round of few keys commits from the driver with delta-rs, recording what it read
+    # (the rebuild at the end proves its rows): a late status inside 10:00-10:15
+    lake.append("silver_station_status", [status("station-1", at(10, 2, 30), 1, 9)])
+    assert lake.gold(spark)["gold_station_availability_15min"] == 1
+    assert _engines(lake, "gold_station_availability_15min")[-1] == "delta-rs"
+    windows = lake.keyed("gold_station_availability_15min")
+    assert windows[(SYSTEM, "station-1", at(10, 0))]["status_updates"] == 4
+    assert consumed_versions(lake.table("gold_station_availability_15min"))[
+        "silver_station_status"] == lake.table("silver_station_status").version()
+
     # a rebuild from silver gives the same content
     incremental = {name: _content(lake, name) for name in before}
     lake.gold(spark, rebuild=True)
     assert {name: _content(lake, name) for name in before} == incremental
+
+
+def _engines(lake: Lake, table: str) -> list[str]:
+    """The writer of each MERGE of the table, oldest first (delta-rs records its engine as
+    "delta-rs:py-<version>", Spark as "Apache-Spark/<version> Delta-Lake/<version>")."""
+    merges = sorted((c for c in lake.table(table).history() if c["operation"] == "MERGE"),
+                    key=lambda c: c["version"])
+    return [str(c.get("engineInfo", "")).split("/")[0].split(":")[0] for c in merges]
 
 
 def test_cli_rejects_unknown_table() -> None:

@@ -130,7 +130,10 @@ def _update(spark: SparkSession, settings: Settings, metric: GoldMetric,
             keys = key_frame.localCheckpoint(eager=True)
             phases.done("compute")
             unique_key = load_definitions(tables=[metric.table])[0].unique_key
-            replaced = replace_keys(spark, gold_path, rows, keys, unique_key, reading)
+            uri = table_uri(settings, metric.table)
+            replaced = replace_keys(spark, gold_path, rows, keys, unique_key, reading,
+                                    driver=(uri, storage_options(settings, uri),
+                                            settings.spark.driver_commit_rows))
             phases.done("write")
             mode = f"replaced {replaced} key(s)"
         written = rows.count()

@@ -1,6 +1,8 @@
-"""Gold commits with delta-spark: a full replace, or a replace of exactly the affected
-unique keys, each one commit whose user metadata records the silver versions consumed
-(see progress.py). Delta enforces the tables' CHECK constraints and NOT NULL columns."""
+"""Gold commits: a full replace (delta-spark), or a replace of exactly the affected unique
+keys (one MERGE: from the driver with delta-rs when it writes at most
+`spark.driver_commit_rows` rows, as a silver batch does, on Spark's executors otherwise),
+each one commit whose user metadata records the silver versions consumed (see
+progress.py). Both writers enforce the tables' CHECK constraints and NOT NULL columns."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, TimestampType
 
+from spark_streaming import driver_commits
 from spark_streaming.conform import conformed
 from spark_streaming.gold.progress import commit_metadata
+from spark_streaming.merge_clauses import Clause, key_predicate
 
 GONE = "_gold_gone"
 _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
@@ -57,14 +61,19 @@ def _key_summary(keys: DataFrame, ranged: Sequence[str]) -> tuple[int, list[str]
 
 
 def replace_keys(spark: SparkSession, path: str, rows: DataFrame, keys: DataFrame,
-                 unique_key: Sequence[str], consumed: Mapping[str, int]) -> int:
+                 unique_key: Sequence[str], consumed: Mapping[str, int], *,
+                 driver: tuple[str, dict[str, str], int] | None = None) -> int:
     """Make the rows with a unique key in `keys` equal `rows` (keys without a new row are
     deleted), in one MERGE commit; every key of `rows` must be in `keys`. Keys replaced.
 
     The MERGE reads only the target files whose statistics overlap the keys' range of each
     time-typed key column (a row that matches a key has that key's time), so a round's cost
     does not grow with the table's history. Gold's time keys are whole windows, hours and
-    days: no value falls between the milliseconds Delta's file statistics keep."""
+    days: no value falls between the milliseconds Delta's file statistics keep.
+
+    `driver` (the table's URI, its delta-rs storage options, at most how many keys): with
+    no more keys than that, the MERGE runs from the driver with delta-rs (which narrows the
+    files it reads by the source's own key values)."""
     table = DeltaTable.forPath(spark, path)
     schema = table.toDF().schema
     key = list(unique_key)
@@ -87,12 +96,17 @@ def replace_keys(spark: SparkSession, path: str, rows: DataFrame, keys: DataFram
                                for f in schema])
     source = (rows.withColumn(GONE, F.lit(False))
               .unionByName(tombstones.withColumn(GONE, F.lit(True))).localCheckpoint())
-    values = {f"`{c}`": f"s.`{c}`" for c in schema.fieldNames()}
-    condition = " AND ".join([f"t.`{c}` = s.`{c}`" for c in key] + bounds)
+    values = {c: f"s.{c}" for c in schema.fieldNames()}
+    clauses = [Clause("delete", f"s.{GONE}"), Clause("update", f"NOT s.{GONE}", values),
+               Clause("insert", f"NOT s.{GONE}", values)]
+    if driver is not None and count <= driver[2]:
+        driver_commits.merge(driver[0], driver[1], source.toArrow(), key_predicate(key),
+                             clauses, user_metadata=metadata)
+        return count
+    condition = " AND ".join([key_predicate(key), *bounds])
+    merge = table.alias("t").merge(source.alias("s"), condition)
+    for clause in clauses:
+        merge = clause.on_spark(merge)
     with _user_metadata(spark, metadata):
-        (table.alias("t").merge(source.alias("s"), condition)
-         .whenMatchedDelete(condition=f"s.{GONE}")
-         .whenMatchedUpdate(condition=f"NOT s.{GONE}", set=values)
-         .whenNotMatchedInsert(condition=f"NOT s.{GONE}", values=values)
-         .execute())
+        merge.execute()
     return count

@@ -14,9 +14,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse.definitions import TableDefinition
+from spark_streaming.merge_clauses import Clause, key_predicate
 from spark_streaming.silver.dedupe_append import first_per_key
 from spark_streaming.silver.delta_writes import DeltaTarget
-from spark_streaming.silver.merge_clauses import Clause, key_predicate
 
 NEWER = ("s.source_lsn > t.source_lsn OR "
          "(s.source_lsn = t.source_lsn AND s.source_ts_ms > t.source_ts_ms)")

@@ -22,8 +22,8 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from lakehouse.definitions import TableDefinition
+from spark_streaming.merge_clauses import Clause, key_predicate
 from spark_streaming.silver.delta_writes import DeltaTarget
-from spark_streaming.silver.merge_clauses import Clause, key_predicate
 
 
 def first_per_key(rows: DataFrame, key: list[str], order: list) -> DataFrame:

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-import deltalake
 from delta.tables import DeltaTable
 from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
@@ -23,9 +22,9 @@ from pyspark.sql.types import StructType
 
 from lakehouse.storage import spark_uri, storage_options, table_uri
 from settings import Settings
+from spark_streaming import driver_commits
 from spark_streaming.conform import conformed
-from spark_streaming.driver_commits import append_once, once, recorded, table_rows
-from spark_streaming.silver.merge_clauses import Clause
+from spark_streaming.merge_clauses import Clause
 
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -100,7 +99,7 @@ class DeltaTarget:
             (rows.write.format("delta").mode("append")
              .option("txnAppId", run_id).option("txnVersion", batch_id).save(self.path))
             return
-        append_once(self.uri, self._options, rows.toArrow(), run_id, batch_id)
+        driver_commits.append_once(self.uri, self._options, rows.toArrow(), run_id, batch_id)
 
     def append_new_records(self, data: DataFrame, run_id: str, batch_id: int, *,
                            on_driver: bool = False) -> int:
@@ -120,27 +119,10 @@ class DeltaTarget:
         spark = data.sparkSession
         source = conformed(data, self.schema(spark), keep_extra=True)
         if on_driver:
-            return self._merge_with_delta_rs(source, predicate, clauses, run_id, batch_id)
+            return driver_commits.merge(self.uri, self._options, source.toArrow(), predicate,
+                                        clauses, once_for=(run_id, batch_id))
         merge = self.open(spark).alias("t").merge(source.alias("s"), predicate)
         for clause in clauses:
             merge = clause.on_spark(merge)
         with app_transaction(spark, run_id, batch_id):
             return merged_rows(merge.execute())
-
-    def _merge_with_delta_rs(self, source: DataFrame, predicate: str,
-                             clauses: Sequence[Clause], run_id: str, batch_id: int) -> int:
-        table = deltalake.DeltaTable(self.uri, storage_options=self._options)
-        try:
-            if recorded(table, run_id, batch_id):
-                return 0
-            merge = table.merge(table_rows(source.toArrow(), table), predicate,
-                                source_alias="s", target_alias="t",
-                                commit_properties=once(run_id, batch_id))
-            for clause in clauses:
-                merge = clause.on_delta_rs(merge)
-            metrics = merge.execute()
-        finally:
-            del table  # see docs/architecture.md: delta-rs objects are dropped explicitly
-        return sum(int(metrics.get(k) or 0) for k in
-                   ("num_target_rows_inserted", "num_target_rows_updated",
-                    "num_target_rows_deleted"))

@@ -17,9 +17,9 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from lakehouse.definitions import TableDefinition
+from spark_streaming.merge_clauses import Clause, key_predicate
 from spark_streaming.silver.dedupe_append import first_per_key
 from spark_streaming.silver.delta_writes import DeltaTarget
-from spark_streaming.silver.merge_clauses import Clause, key_predicate
 from spark_streaming.silver.spec import PipelineSpec
 
 CHANGED = ("attributes_hash", "valid_to", "is_current", "kafka_offset", "kafka_partition")

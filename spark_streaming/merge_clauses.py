@@ -1,11 +1,11 @@
 """A MERGE's WHEN clauses as data, so delta-spark and delta-rs run the same statement.
 
-Silver's writes are MERGEs of a micro-batch (alias s) into its table (alias t). A small
-batch is committed by delta-rs from the driver (`DeltaTarget.merge_once`): a 25-change
-CDC MERGE took 0.24-0.34 s there against 2.1-2.6 s through delta-spark, whose every
-commit rebuilds the table's state in Spark jobs (benchmarks/README.md). A large one stays
-on Spark's executors. Conditions are SQL both engines parse: plain column references
-(`t.col`, `s.col`), comparisons, AND/OR/NOT.
+Silver's and gold's writes are MERGEs of a micro-batch or a round's rows (alias s) into
+the table (alias t). Small ones are committed by delta-rs from the driver
+(`driver_commits.merge`): a 25-change CDC MERGE took 0.24-0.34 s there against 2.1-2.6 s
+through delta-spark, whose every commit rebuilds the table's state in Spark jobs
+(benchmarks/README.md). Large ones stay on Spark's executors. Conditions are SQL both
+engines parse: plain column references (`t.col`, `s.col`), comparisons, AND/OR/NOT.
 """
 
 from __future__ import annotations
