@@ -351,7 +351,13 @@ def _event(op: str, lsn: int, before: dict | None, after: dict | None) -> dict:
             "transaction": None}
 
 
-def test_cdc_shuffled_and_replayed_events_converge(spark: SparkSession, lake: Settings) -> None:
+@pytest.mark.parametrize("driver_commit_rows", [10_000, 0], ids=["delta-rs", "executors"])
+def test_cdc_shuffled_and_replayed_events_converge(spark: SparkSession, lake: Settings,
+                                                   driver_commit_rows: int) -> None:
+    """Both writers of the MERGE: from the driver (delta-rs, batches this small) and on
+    Spark's executors (a batch over spark.driver_commit_rows)."""
+    lake = lake.model_copy(update={"spark": lake.spark.model_copy(
+        update={"driver_commit_rows": driver_commit_rows})})
     table = "silver_rentals"
     bronze = Bronze(spark, lake, table, "bikes.rentals_db.public.rentals")
     key = lambda i: json.dumps({"rental_id": i})  # noqa: E731
