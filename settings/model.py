@@ -227,10 +227,10 @@ class SparkSettings(_Section):
     driver_java_options: str = ""
     # Extra Spark confs, e.g. {"spark.executor.memory": "4g"} on a cluster.
     conf: dict[str, str] = Field(default_factory=dict)
-    # A bronze micro-batch of at most this many records, and a silver one writing at most
-    # this many rows to a table, commits from the driver with delta-rs (no Spark job of the
-    # write's own, no rebuild of the table's state); larger ones are written by Spark's
-    # executors. 0: always Spark.
+    # A bronze micro-batch of at most this many records, a silver one writing at most this
+    # many rows to a table and a gold round replacing at most this many keys commit from
+    # the driver with delta-rs (no Spark job of the write's own, no rebuild of the table's
+    # state); larger ones are written by Spark's executors. 0: always Spark.
     driver_commit_rows: int = Field(default=10_000, ge=0)
 
     @property
