@@ -33,8 +33,10 @@ HISTORY_LIMIT = 120  # commits read per table (one object each): 20 min of 10 s 
 _MAINTENANCE = ("OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "ADD CONSTRAINT",
                 "DROP CONSTRAINT", "CREATE TABLE", "CREATE OR REPLACE TABLE", "ADD COLUMNS",
                 "CHANGE COLUMN", "RESTORE", "FSCK", "UPDATE FIELD METADATA")
-# operationMetrics keys that count new rows: Spark's writes and MERGE, delta-rs's writes.
-_ADDED_ROWS_KEYS = ("numOutputRows", "numTargetRowsInserted", "num_added_rows")
+# operationMetrics keys that count new rows: Spark's writes and MERGE, delta-rs's writes
+# and MERGE (the rows it wrote, as Spark's numOutputRows of a MERGE counts them).
+_ADDED_ROWS_KEYS = ("numOutputRows", "numTargetRowsInserted", "num_added_rows",
+                    "num_output_rows")
 
 
 T = TypeVar("T")

@@ -18,6 +18,7 @@ from connectors.connect_client import ConnectClient
 from connectors.connect_config import CONNECTORS_DIR, load_connector_dir
 from connectors.connect_sync import wait_for_state
 from infra.ports import port_is_free
+from lakehouse.table_status import _is_data_commit
 from tests.conftest import PROJECT_DIR, TEST_PROFILE, IngestedLakehouse, run_cli
 
 SECTIONS = ("servers", "sources", "connectors", "topics", "tables")
@@ -135,6 +136,20 @@ def _unreachable_env(tmp_path: Path) -> dict[str, str]:
             "LAKEHOUSE_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{port}",
             "LAKEHOUSE_CONNECT__URL": f"http://127.0.0.1:{port}",
             "LAKEHOUSE_S3__ENDPOINT": f"http://127.0.0.1:{port}"}
+
+
+def test_data_commits_are_told_by_either_writers_metrics() -> None:
+    """A commit adds data by Spark's or delta-rs's metrics (bronze, silver and gold commit
+    small batches with delta-rs): its time is the table's freshness."""
+    spark_merge = {"operation": "MERGE", "operationMetrics": {"numOutputRows": "3"}}
+    delta_rs_write = {"operation": "WRITE", "operationMetrics": {"num_added_rows": 25}}
+    delta_rs_merge = {"operation": "MERGE", "operationMetrics": {
+        "num_target_rows_inserted": 0, "num_target_rows_updated": 2, "num_output_rows": 2}}
+    nothing = {"operation": "MERGE", "operationMetrics": {"num_output_rows": 0}}
+    optimize = {"operation": "OPTIMIZE", "operationMetrics": {"numOutputRows": "9"}}
+    assert [_is_data_commit(c) for c in (spark_merge, delta_rs_write, delta_rs_merge,
+                                         nothing, optimize)] == [True, True, True, False,
+                                                                 False]
 
 
 def test_status_with_nothing_reachable_says_why(tmp_path: Path) -> None:
