@@ -201,9 +201,13 @@ class BronzeWriter:
     query's id and the batch id (the app transaction Delta's streaming sink commits, so a
     table and checkpoint the sink wrote go on without a gap or a duplicate)."""
 
-    def __init__(self, settings: Settings, query: BronzeQuery) -> None:
+    def __init__(self, settings: Settings, query: BronzeQuery, *,
+                 expected_rows: int | None = None) -> None:
         self.query = query
-        self.driver_rows = settings.spark.driver_commit_rows
+        # a batch known to be larger than a driver commit takes goes to the executors
+        # without the probe's job (a catch-up of a large backlog reads it twice otherwise)
+        limit = settings.spark.driver_commit_rows
+        self.driver_rows = 0 if expected_rows is not None and expected_rows > limit else limit
         self._options = storage_options(settings, query.table_uri)
         self._app_id: str | None = None
         self._started = threading.Event()
@@ -230,10 +234,15 @@ class BronzeWriter:
 
 def start_query(spark: SparkSession, settings: Settings, query: BronzeQuery, *,
                 available_now: bool, interval: str = "10 seconds",
-                max_offsets_per_trigger: int | None = None) -> StreamingQuery:
+                max_offsets_per_trigger: int | None = None,
+                backlog_rows: int | None = None) -> StreamingQuery:
+    """`backlog_rows`, when known (a catch-up), bounds each batch's size with
+    `max_offsets_per_trigger`, so a large batch skips the driver commit's probe."""
     frame = bronze_frame(spark, settings, query, max_offsets_per_trigger)
     ensure_table(spark, query, frame.schema)
-    sink = BronzeWriter(settings, query)
+    expected = (None if backlog_rows is None
+                else min(backlog_rows, max_offsets_per_trigger or backlog_rows))
+    sink = BronzeWriter(settings, query, expected_rows=expected)
     writer = (frame.writeStream.foreachBatch(sink).queryName(query.table)
               .option("checkpointLocation", query.checkpoint))
     writer = (writer.trigger(availableNow=True) if available_now
@@ -315,9 +324,11 @@ def run_available_now(spark: SparkSession, settings: Settings, topics: list[str]
         running = []
         for q in pending:
             # a query keeps the confs of its start: interpreted for a small backlog
-            with confs_for_rows(spark, settings, backlog(settings, q), SMALL_READ_ROWS):
+            rows = backlog(settings, q)
+            with confs_for_rows(spark, settings, rows, SMALL_READ_ROWS):
                 running.append((q, start_query(spark, settings, q, available_now=True,
-                                               max_offsets_per_trigger=max_offsets_per_trigger)))
+                                               max_offsets_per_trigger=max_offsets_per_trigger,
+                                               backlog_rows=rows)))
         read_this_round = 0
         still_pending = []
         for spec, query in running:

@@ -197,14 +197,11 @@ def test_crash_after_delta_commit_before_spark_commit_is_not_duplicated(
     counts = pc.value_counts(_rows(settings, topic)["partition"]).to_pylist()
     assert sum(c["counts"] for c in counts) == len(values)
     # each append by the writer its size calls for (delta-rs records its engine as
-    # "delta-rs:py-<version>")
-    appends = [(c.get("engineInfo", ""), c["operationMetrics"])
-               for c in _table(settings, topic).history() if c["operation"] == "WRITE"]
-    writers = {("delta-rs" if engine.startswith("delta-rs") else "spark",
-                int(m.get("num_added_rows") or m.get("numOutputRows")) <= driver_commit_rows)
-               for engine, m in appends}
-    assert writers == ({("delta-rs", True)} if driver_commit_rows == 10_000
-                       else {("spark", False), ("delta-rs", True)})
+    # "delta-rs:py-<version>"): with 100 rows a driver commit, every batch of this
+    # catch-up (500 offsets a trigger) is known to be larger and goes to the executors
+    engines = {"delta-rs" if c.get("engineInfo", "").startswith("delta-rs") else "spark"
+               for c in _table(settings, topic).history() if c["operation"] == "WRITE"}
+    assert engines == ({"delta-rs"} if driver_commit_rows == 10_000 else {"spark"})
 
 
 def test_caught_up_only_when_the_next_round_would_read_nothing(
