@@ -61,6 +61,17 @@ def append_once(uri: str, options: dict[str, str], rows: pa.Table, app_id: str,
         del table  # see docs/architecture.md: delta-rs objects are dropped explicitly
 
 
+def record_only(uri: str, options: dict[str, str], *, user_metadata: str) -> None:
+    """A commit that adds no rows and carries `user_metadata` (an empty append)."""
+    table = deltalake.DeltaTable(uri, storage_options=options)
+    try:
+        empty = pa.schema(table.schema().to_arrow()).empty_table()
+        deltalake.write_deltalake(table, empty, mode="append", commit_properties=(
+            deltalake.CommitProperties(custom_metadata={"userMetadata": user_metadata})))
+    finally:
+        del table  # see docs/architecture.md: delta-rs objects are dropped explicitly
+
+
 def merge(uri: str, options: dict[str, str], rows: pa.Table, predicate: str,
           clauses: Sequence[Clause], *, once_for: tuple[str, int] | None = None,
           user_metadata: str | None = None) -> int:

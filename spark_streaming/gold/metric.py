@@ -1,11 +1,15 @@
-"""What a gold metric is to the runner: its silver sources and two computations, all of
-it over Spark temporary views of silver pinned at the versions being consumed."""
+"""What a gold metric is to the runner: its silver sources, two computations over Spark
+temporary views of silver (pinned at the versions being consumed, or, in a small round,
+only the rows `scope` names, read into the driver), and that scope."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from settings import Settings
@@ -48,6 +52,29 @@ Changes = Mapping[str, str]
 
 
 @dataclass(frozen=True)
+class RowScope:
+    """The rows of one silver source an incremental round reads: `time_column` in
+    [start, end), and where given the `date_column` partition within those days and each
+    `members` column's value in its set. A superset of what `compute_changed` reads from
+    that source is enough: its own conditions still apply."""
+
+    time_column: str
+    start: datetime
+    end: datetime
+    date_column: str | None = None
+    members: Mapping[str, Collection[object]] = field(default_factory=dict)
+
+    def days(self) -> list[date]:
+        """The UTC days of [start, end): the partitions to read (the session is UTC)."""
+        first, last = self.start.date(), (self.end - timedelta(microseconds=1)).date()
+        return [first + timedelta(days=n) for n in range((last - first).days + 1)]
+
+
+# silver source -> the rows of it a round needs (None: none), from the sources' changed rows
+Scope = Callable[[Mapping[str, pa.Table]], Mapping[str, RowScope | None]]
+
+
+@dataclass(frozen=True)
 class GoldMetric:
     table: str
     # silver source -> the columns of its changed rows the metric needs to find affected keys
@@ -58,6 +85,25 @@ class GoldMetric:
     # without a row is deleted from gold)
     compute_changed: Callable[[SparkSession, Settings, Views, Changes],
                               tuple[DataFrame, DataFrame]]
+    # which silver rows compute_changed reads, so a small round runs on them alone
+    scope: Scope
+
+
+def time_span(columns: Iterable[pa.ChunkedArray]) -> tuple[datetime, datetime] | None:
+    """The earliest and latest value of timestamp columns of changed rows (None: none)."""
+    values = [value for column in columns for value in
+              (pc.min(column).as_py(), pc.max(column).as_py()) if value is not None]
+    return (min(values), max(values)) if values else None
+
+
+def utc_days(columns: Iterable[pa.ChunkedArray]) -> set[date]:
+    """The UTC days of timestamp columns' values (delta-rs gives them in UTC)."""
+    return {value.date() for column in columns for value in column.to_pylist()
+            if value is not None}
+
+
+def day_start(day: date) -> datetime:
+    return datetime.combine(day, time(), UTC)
 
 
 def bounds_of(column: str) -> str:

@@ -19,16 +19,23 @@ station); a changed weather hour affects every row of its date.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import timedelta
+
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from settings import Settings
 from spark_streaming.gold.metric import (
     Changes,
     GoldMetric,
+    RowScope,
     Views,
     bounds_of,
+    day_start,
     literal_ts,
     materialize,
+    utc_days,
 )
 
 TABLE = "gold_rentals_daily_weather"
@@ -124,10 +131,23 @@ def compute_changed(spark: SparkSession, settings: Settings, views: Views,
     return rows, keys
 
 
+def scope(changes: Mapping[str, pa.Table]) -> dict[str, RowScope | None]:
+    """Rentals, trips and weather from the first to the last affected UTC day, the span
+    compute_changed reads."""
+    days = utc_days([changes[RENTALS]["started_at"], changes[TRIPS]["started_at"],
+                     changes[WEATHER]["observed_at"]])
+    if not days:
+        return {RENTALS: None, TRIPS: None, WEATHER: None}
+    start, end = day_start(min(days)), day_start(max(days)) + timedelta(days=1)
+    return {RENTALS: RowScope("started_at", start, end), TRIPS: RowScope("started_at", start, end),
+            WEATHER: RowScope("observed_at", start, end)}
+
+
 METRIC = GoldMetric(
     table=TABLE,
     sources={RENTALS: ("started_at", "start_station_id"),
              TRIPS: ("started_at", "start_station_id"), WEATHER: ("observed_at",)},
     compute_all=compute_all,
     compute_changed=compute_changed,
+    scope=scope,
 )

@@ -18,7 +18,12 @@ from lakehouse.storage import spark_uri, storage_options, table_uri
 from lakehouse.table_status import row_count
 from settings import ConfigError, Settings
 from settings.report import Report
-from spark_streaming.gold import rentals_weather, station_availability, system_utilisation
+from spark_streaming.gold import (
+    driver_inputs,
+    rentals_weather,
+    station_availability,
+    system_utilisation,
+)
 from spark_streaming.gold.metric import GoldMetric, PinnedViews, Views, materialize
 from spark_streaming.gold.progress import (
     SourceProgress,
@@ -26,7 +31,7 @@ from spark_streaming.gold.progress import (
     consumed_versions,
     source_progress,
 )
-from spark_streaming.gold.writer import replace_all, replace_keys
+from spark_streaming.gold.writer import replace_all, replace_keys, replace_keys_from_driver
 from spark_streaming.phase_timer import PhaseTimer
 from spark_streaming.session import activate_in_thread, confs_for_rows
 from spark_streaming.spark_conf import SMALL_BATCH_CONFS, SMALL_READ_ROWS
@@ -98,11 +103,61 @@ def run_metric(spark: SparkSession, settings: Settings, metric: GoldMetric, rebu
         return _update(spark, settings, metric, progress, rebuild, report)
 
 
+def _round_from_driver(spark: SparkSession, settings: Settings, metric: GoldMetric,
+                       progress: list[SourceProgress], phases: PhaseTimer
+                       ) -> tuple[str, int] | None:
+    """An incremental round on inputs read into the driver (driver_inputs), committed
+    with delta-rs (Spark's MERGE for more keys than `spark.driver_commit_rows`): (what it
+    did, rows written). None when the round is not small: more changed rows than that, or
+    a change feed delta-rs cannot read (the round on Spark then decides)."""
+    limit = settings.spark.driver_commit_rows
+    changes = {}
+    for source in progress:
+        rows = driver_inputs.changed_rows(settings, source, list(metric.sources[source.table]))
+        if rows is None:
+            return None
+        changes[source.table] = rows
+    if sum(t.num_rows for t in changes.values()) > limit:
+        return None
+    scopes = metric.scope(changes)
+    sources = {p.table: driver_inputs.scoped_rows(settings, p.table, p.current,
+                                                  scopes[p.table]) for p in progress}
+    phases.done("changes")
+    read = sum(t.num_rows for t in sources.values())
+    views = driver_inputs.LocalViews(spark, "gold_src_", sources)
+    changed = driver_inputs.LocalViews(spark, "gold_changes_", changes)
+    try:
+        with confs_for_rows(spark, settings, read, SMALL_READ_ROWS):
+            frame, key_frame = metric.compute_changed(spark, settings, views, changed)
+            phases.done("affected keys")
+            rows, keys = frame.toArrow(), key_frame.toArrow()
+        phases.done("compute")
+    finally:
+        views.close()
+        changed.close()
+    uri = table_uri(settings, metric.table)
+    unique_key = load_definitions(tables=[metric.table])[0].unique_key
+    reading = {p.table: p.current for p in progress}
+    if keys.num_rows > limit:  # a few changes that touch many keys: Spark's MERGE
+        replaced = replace_keys(spark, spark_uri(uri), spark.createDataFrame(rows),
+                                spark.createDataFrame(keys), unique_key, reading)
+    else:
+        replaced = replace_keys_from_driver(uri, storage_options(settings, uri), rows, keys,
+                                            unique_key, reading)
+    phases.done("write")
+    return (f"replaced {replaced} key(s) from {read} silver row(s) read into the driver",
+            rows.num_rows)
+
+
 def _update(spark: SparkSession, settings: Settings, metric: GoldMetric,
             progress: list[SourceProgress], rebuild: bool, report: Report) -> int:
     """run_metric's work once it knows the table is behind (or rebuilt)."""
     began = time.monotonic()
     phases = PhaseTimer()
+    small = (None if rebuild or not all(p.replayable for p in progress)
+             else _round_from_driver(spark, settings, metric, progress, phases))
+    if small is not None:
+        return _done(metric, progress, *small, phases, began, report)
     gold_path = spark_uri(table_uri(settings, metric.table))
     views = PinnedViews(spark, {p.table: p.current for p in progress},
                         {name: spark_uri(table_uri(settings, name)) for name in metric.sources})
@@ -140,6 +195,11 @@ def _update(spark: SparkSession, settings: Settings, metric: GoldMetric,
         phases.done("count")
     finally:
         views.close()
+    return _done(metric, progress, mode, written, phases, began, report)
+
+
+def _done(metric: GoldMetric, progress: list[SourceProgress], mode: str, written: int,
+          phases: PhaseTimer, began: float, report: Report) -> int:
     LAST_PHASES[metric.table] = phases.seconds
     log.info("%s: %s; %s", metric.table, mode, phases)
     report(f"{metric.table}: {mode}, {written} row(s) written from "

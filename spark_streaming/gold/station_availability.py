@@ -14,18 +14,22 @@ was); those windows are recomputed from the statuses around them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from settings import Settings
 from spark_streaming.gold.metric import (
     Changes,
     GoldMetric,
+    RowScope,
     Views,
     bounds_of,
     literal_ts,
     materialize,
+    time_span,
 )
 
 TABLE = "gold_station_availability_15min"
@@ -131,9 +135,24 @@ def compute_changed(spark: SparkSession, _settings: Settings, views: Views,
     return rows, keys
 
 
+def scope(changes: Mapping[str, pa.Table]) -> dict[str, RowScope | None]:
+    """The changed stations' statuses from a carry-over and a window before the first
+    change to a carry-over and two windows after the last: the next statuses compute_changed
+    looks for, and every status of the windows it recomputes."""
+    changed = changes[SOURCE]
+    span = time_span([changed["last_updated"]])
+    if span is None:
+        return {SOURCE: None}
+    return {SOURCE: RowScope(
+        "last_updated", span[0] - CARRY_OVER - WINDOW, span[1] + CARRY_OVER + 2 * WINDOW,
+        "status_date", {column: set(changed[column].to_pylist())
+                        for column in ("system_id", "station_id")})}
+
+
 METRIC = GoldMetric(
     table=TABLE,
     sources={SOURCE: ("system_id", "station_id", "last_updated")},
     compute_all=compute_all,
     compute_changed=compute_changed,
+    scope=scope,
 )

@@ -15,11 +15,22 @@ recomputed and hours without a row any more are deleted.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
+from datetime import timedelta
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from settings import Settings
-from spark_streaming.gold.metric import Changes, GoldMetric, Views, materialize
+from spark_streaming.gold.metric import (
+    Changes,
+    GoldMetric,
+    RowScope,
+    Views,
+    day_start,
+    materialize,
+    utc_days,
+)
 
 TABLE = "gold_system_utilisation_hourly"
 STATIONS = "silver_station_status"
@@ -136,6 +147,19 @@ def compute_changed(spark: SparkSession, settings: Settings, views: Views,
     return rows, keys
 
 
+def scope(changes: Mapping[str, pa.Table]) -> dict[str, RowScope | None]:
+    """Every source's rows of the affected UTC days (whole days: compute_changed
+    recomputes every hour of them)."""
+    days = utc_days([changes[STATIONS]["last_updated"], changes[VEHICLES]["last_updated"],
+                     changes[RENTALS]["started_at"]])
+    if not days:
+        return {STATIONS: None, VEHICLES: None, RENTALS: None}
+    start, end = day_start(min(days)), day_start(max(days)) + timedelta(days=1)
+    statuses = RowScope("last_updated", start, end, "status_date", {"status_date": days})
+    return {STATIONS: statuses, VEHICLES: statuses,
+            RENTALS: RowScope("started_at", start, end)}
+
+
 METRIC = GoldMetric(
     table=TABLE,
     sources={STATIONS: ("system_id", "last_updated"),
@@ -143,4 +167,5 @@ METRIC = GoldMetric(
              RENTALS: ("started_at",)},
     compute_all=compute_all,
     compute_changed=compute_changed,
+    scope=scope,
 )

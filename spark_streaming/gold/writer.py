@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
+import pyarrow as pa
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -60,6 +61,38 @@ def _key_summary(keys: DataFrame, ranged: Sequence[str]) -> tuple[int, list[str]
     return int(row["n"]), bounds
 
 
+def _replace_clauses(columns: Sequence[str]) -> list[Clause]:
+    """A keyed replace's MERGE: a tombstone deletes its key, a row updates or inserts it."""
+    values = {c: f"s.{c}" for c in columns}
+    return [Clause("delete", f"s.{GONE}"), Clause("update", f"NOT s.{GONE}", values),
+            Clause("insert", f"NOT s.{GONE}", values)]
+
+
+def replace_keys_from_driver(uri: str, options: dict[str, str], rows: pa.Table,
+                             keys: pa.Table, unique_key: Sequence[str],
+                             consumed: Mapping[str, int]) -> int:
+    """`replace_keys` for rows and keys the driver holds (a small round), in one delta-rs
+    commit: the MERGE, or with no key an empty append that records the consumed versions.
+    Keys replaced."""
+    key = list(unique_key)
+    keys = keys.select(key).group_by(key).aggregate([])
+    metadata = commit_metadata("incremental", consumed)
+    if not keys.num_rows:
+        driver_commits.record_only(uri, options, user_metadata=metadata)
+        return 0
+    gone = keys.join(rows.select(key), keys=key, join_type="left anti")
+    schema = pa.schema([f.with_nullable(True) for f in rows.schema])
+    tombstones = pa.Table.from_arrays(
+        [gone[f.name].cast(f.type) if f.name in key else pa.nulls(gone.num_rows, f.type)
+         for f in schema], schema=schema)
+    source = pa.concat_tables([
+        rows.cast(schema).append_column(GONE, pa.repeat(False, rows.num_rows)),
+        tombstones.append_column(GONE, pa.repeat(True, gone.num_rows))])
+    driver_commits.merge(uri, options, source, key_predicate(key),
+                         _replace_clauses(rows.column_names), user_metadata=metadata)
+    return keys.num_rows
+
+
 def replace_keys(spark: SparkSession, path: str, rows: DataFrame, keys: DataFrame,
                  unique_key: Sequence[str], consumed: Mapping[str, int], *,
                  driver: tuple[str, dict[str, str], int] | None = None) -> int:
@@ -96,9 +129,7 @@ def replace_keys(spark: SparkSession, path: str, rows: DataFrame, keys: DataFram
                                for f in schema])
     source = (rows.withColumn(GONE, F.lit(False))
               .unionByName(tombstones.withColumn(GONE, F.lit(True))).localCheckpoint())
-    values = {c: f"s.{c}" for c in schema.fieldNames()}
-    clauses = [Clause("delete", f"s.{GONE}"), Clause("update", f"NOT s.{GONE}", values),
-               Clause("insert", f"NOT s.{GONE}", values)]
+    clauses = _replace_clauses(schema.fieldNames())
     if driver is not None and count <= driver[2]:
         driver_commits.merge(driver[0], driver[1], source.toArrow(), key_predicate(key),
                              clauses, user_metadata=metadata)
