@@ -25,6 +25,11 @@ from settings import Settings
 from spark_streaming.gold.metric import RowScope
 from spark_streaming.gold.progress import SourceProgress
 
+# At most how many rows the files a small round reads may hold (their Arrow is in the
+# driver's memory for a moment, then only the scope's rows): a day of 500 stations
+# reporting once a minute is 720,000.
+DRIVER_READ_ROWS = 2_000_000
+
 
 def _open(settings: Settings, table: str, version: int) -> deltalake.DeltaTable:
     uri = table_uri(settings, table)
@@ -71,9 +76,20 @@ def changed_rows(settings: Settings, progress: SourceProgress,
         del table  # see docs/architecture.md: delta-rs objects are dropped explicitly
 
 
+def _rows_in(table: deltalake.DeltaTable, dataset: ds.Dataset) -> int | None:
+    """Rows the dataset's files hold, from the log (None: a file without the figure)."""
+    actions = pa.table(table.get_add_actions(flatten=True)).select(["path", "num_records"])
+    held = dict(zip(actions["path"].to_pylist(), actions["num_records"].to_pylist(),
+                    strict=True))
+    counts = [held.get(fragment.path) for fragment in dataset.get_fragments()]
+    return None if None in counts else sum(c for c in counts if c is not None)
+
+
 def scoped_rows(settings: Settings, source: str, version: int,
-                scope: RowScope | None) -> pa.Table:
-    """The rows of `source` at `version` within `scope` (none for None), every column."""
+                scope: RowScope | None) -> pa.Table | None:
+    """The rows of `source` at `version` within `scope` (none for None), every column;
+    None when the files the scope leaves hold more than DRIVER_READ_ROWS rows (a large
+    system's days belong on Spark's executors, not in the driver's memory)."""
     table = _open(settings, source, version)
     try:
         if scope is None:
@@ -86,6 +102,9 @@ def scoped_rows(settings: Settings, source: str, version: int,
             days = sorted(scope.members.get(scope.date_column) or scope.days())
             files.append((scope.date_column, "in", days))
         dataset: ds.Dataset = table.to_pyarrow_dataset(file_pruning_predicate=files)
+        held = _rows_in(table, dataset)
+        if held is None or held > DRIVER_READ_ROWS:
+            return None
         # The files' row groups are pruned by time only: delta-rs 1.6.6 gives each file
         # its statistics as a pyarrow guarantee, some of them string views, and pyarrow
         # 26 has no kernel comparing those with a filter's strings (a live ingest's

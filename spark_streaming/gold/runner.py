@@ -108,8 +108,9 @@ def _round_from_driver(spark: SparkSession, settings: Settings, metric: GoldMetr
                        ) -> tuple[str, int] | None:
     """An incremental round on inputs read into the driver (driver_inputs), committed
     with delta-rs (Spark's MERGE for more keys than `spark.driver_commit_rows`): (what it
-    did, rows written). None when the round is not small: more changed rows than that, or
-    a change feed delta-rs cannot read (the round on Spark then decides)."""
+    did, rows written). None when the round is not small: more changed rows than that,
+    scoped files of more than driver_inputs.DRIVER_READ_ROWS rows, or a change feed
+    delta-rs cannot read (the round on Spark then decides)."""
     limit = settings.spark.driver_commit_rows
     changes = {}
     for source in progress:
@@ -120,8 +121,13 @@ def _round_from_driver(spark: SparkSession, settings: Settings, metric: GoldMetr
     if sum(t.num_rows for t in changes.values()) > limit:
         return None
     scopes = metric.scope(changes)
-    sources = {p.table: driver_inputs.scoped_rows(settings, p.table, p.current,
-                                                  scopes[p.table]) for p in progress}
+    sources = {}
+    for source in progress:
+        rows = driver_inputs.scoped_rows(settings, source.table, source.current,
+                                         scopes[source.table])
+        if rows is None:
+            return None
+        sources[source.table] = rows
     phases.done("changes")
     read = sum(t.num_rows for t in sources.values())
     views = driver_inputs.LocalViews(spark, "gold_src_", sources)
