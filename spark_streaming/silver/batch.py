@@ -84,7 +84,11 @@ class SilverPipeline:
         frame = routed.frame.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             routed = type(routed)(frame, routed.rules, routed.late)
-            ranged = self.ranged
+            # The bounds narrow Spark's MERGE only: a batch that commits from the driver
+            # (passed <= rows <= the limit) needs neither them nor the file count, whose
+            # first call loads the table's snapshot in Spark (5.5-9.8 s in a continuous
+            # ingest's first batch)
+            ranged = self.ranged if not self._on_driver(rows) else []
             if ranged:
                 ranged = ranged if dedupe_append.bounded(self.silver, spark) else []
                 phases.done("files")

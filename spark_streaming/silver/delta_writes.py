@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 from lakehouse.storage import spark_uri, storage_options, table_uri
 from settings import Settings
 from spark_streaming import driver_commits
-from spark_streaming.conform import conformed
+from spark_streaming.conform import conformed, delta_schema
 from spark_streaming.merge_clauses import Clause
 
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -69,11 +69,11 @@ class DeltaTarget:
     def read(self, spark: SparkSession) -> DataFrame:
         return spark.read.format("delta").load(self.path)
 
-    def schema(self, spark: SparkSession) -> StructType:
-        """The table's schema, read from its log once: a run's table definitions are loaded
-        once too, and every read costs a listing of the log on S3."""
+    def schema(self) -> StructType:
+        """The table's schema, read from its log once (delta-rs): a run's table definitions
+        are loaded once too, and every read costs a listing of the log on S3."""
         if self._schema is None:
-            self._schema = self.open(spark).toDF().schema
+            self._schema = delta_schema(self.uri, self._options)
         return self._schema
 
     def known_files(self, spark: SparkSession) -> int | None:
@@ -94,7 +94,7 @@ class DeltaTarget:
                on_driver: bool = False) -> None:
         """Append `data` once for (run, batch); Delta skips a batch it recorded before.
         `on_driver`: collected and appended with delta-rs, as `merge_once`."""
-        rows = conformed(data, self.schema(data.sparkSession))
+        rows = conformed(data, self.schema())
         if not on_driver:
             (rows.write.format("delta").mode("append")
              .option("txnAppId", run_id).option("txnVersion", batch_id).save(self.path))
@@ -117,7 +117,7 @@ class DeltaTarget:
         changed. `on_driver`: collect `data` and commit with delta-rs (small batches: no
         Spark job of the MERGE's own, no rebuild of the table's state in Spark)."""
         spark = data.sparkSession
-        source = conformed(data, self.schema(spark), keep_extra=True)
+        source = conformed(data, self.schema(), keep_extra=True)
         if on_driver:
             return driver_commits.merge(self.uri, self._options, source.toArrow(), predicate,
                                         clauses, once_for=(run_id, batch_id))

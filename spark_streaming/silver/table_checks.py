@@ -111,6 +111,6 @@ def run_table_checks(spark: SparkSession, settings: Settings, tables: list[str] 
         context.build_data_docs()
     if results:
         target = DeltaTarget(settings, RESULTS_TABLE)
-        data = spark.createDataFrame(results, schema=target.schema(spark))
+        data = spark.createDataFrame(results, schema=target.schema())
         target.append(data, f"lakehouse-table-checks-{check_run}", 0)
     return results
