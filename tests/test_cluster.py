@@ -23,6 +23,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
+from deltalake import DeltaTable
 
 from benchmarks.kafka_batches import watermarks
 from clients import kafka_admin, kafka_config
@@ -31,6 +32,7 @@ from infra.components.spark_cluster import master_state
 from infra.ports import wait_until
 from infra.stack import Stack
 from lakehouse.definitions import TableDefinition, load_definitions
+from lakehouse.storage import storage_options, table_uri
 from settings import Settings, load_settings
 from spark_streaming import class_archive
 from spark_streaming.bronze import bronze_table_name
@@ -78,6 +80,10 @@ def cluster_env(test: Settings) -> dict[str, str]:
         # the test profile's drivers: short-lived, on small data
         "LAKEHOUSE_SPARK__DRIVER_JAVA_OPTIONS": test.spark.driver_java_options,
         "LAKEHOUSE_SPARK__SHUFFLE_PARTITIONS": str(test.spark.shuffle_partitions),
+        # every commit by the executors, however small the batch: what runs on the
+        # workers is this module's subject (a commit from the driver, delta-rs, runs there
+        # on no profile; the local replay below takes that path)
+        "LAKEHOUSE_SPARK__DRIVER_COMMIT_ROWS": "0",
     }
 
 
@@ -90,6 +96,29 @@ def scoped(env: dict[str, str], run: str, checkpoints: Path) -> dict[str, str]:
 
 def settings_of(env: dict[str, str]) -> Settings:
     return load_settings(PROFILE, environ={**os.environ, **env})
+
+
+def writers(settings: Settings, table: str, after: int = -1) -> set[str]:
+    """Which engine wrote the table's rows in the versions after `after`: "Apache-Spark"
+    or "delta-rs", as each commit names its engine (delta-rs "delta-rs:py-<version>",
+    Spark "Apache-Spark/<version> Delta-Lake/<version>")."""
+    uri = table_uri(settings, table)
+    delta = DeltaTable(uri, storage_options=storage_options(settings, uri))
+    history = delta.history()
+    del delta  # see docs/architecture.md: delta-rs objects are dropped explicitly
+    return {str(c.get("engineInfo", "")).split("/")[0].split(":")[0] for c in history
+            if c["version"] > after and c["operation"] in ("MERGE", "WRITE")}
+
+
+def versions(settings: Settings, layer: str) -> dict[str, int]:
+    """Each table of the layer's newest version."""
+    newest = {}
+    for d in definitions(layer):
+        uri = table_uri(settings, d.name)
+        delta = DeltaTable(uri, storage_options=storage_options(settings, uri))
+        newest[d.name] = delta.version()
+        del delta  # see docs/architecture.md: delta-rs objects are dropped explicitly
+    return newest
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +170,8 @@ class Ingested:
     env: dict[str, str]  # the cluster ingest's (tables, checkpoints, catalog)
     on_cluster: dict[str, Rows]  # silver and gold as the cluster's executors wrote them
     on_local: dict[str, Rows]  # the same tables rebuilt from the same bronze on local[2]
+    # side ("cluster", "local") -> layer -> table -> the engines that wrote its rows
+    writers: dict[str, dict[str, dict[str, set[str]]]]
 
 
 @pytest.fixture(scope="module")
@@ -162,13 +193,22 @@ def ingested(cluster: dict[str, str], tmp_path_factory: pytest.TempPathFactory) 
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
     assert "table-level checks skipped" in result.stdout + result.stderr
     on_cluster = {layer: layer_rows(settings, layer) for layer in ("silver", "gold")}
-    # Spark inside the driver; the stack's own workers are left out of this run's view
+    cluster_writers = {layer: {name: writers(settings, name) for name in on_cluster[layer]}
+                       for layer in on_cluster}
+    ingested_at = {layer: versions(settings, layer) for layer in on_cluster}
+    # Spark inside the driver, small commits from it as the test profile makes them; the
+    # stack's own workers are left out of this run's view
     local_env = {**env, "LAKEHOUSE_SPARK__MASTER": "local[2]",
-                 "LAKEHOUSE_EMBEDDED__SPARK_WORKERS": "0"}
+                 "LAKEHOUSE_EMBEDDED__SPARK_WORKERS": "0",
+                 "LAKEHOUSE_SPARK__DRIVER_COMMIT_ROWS":
+                     str(load_settings(TEST_PROFILE).spark.driver_commit_rows)}
     replay = run_cli("replay", profile=PROFILE, env=local_env, timeout=1500)
     assert replay.returncode == 0, (replay.stdout + replay.stderr)[-6000:]
     on_local = {layer: layer_rows(settings, layer) for layer in ("silver", "gold")}
-    return Ingested(env=env, on_cluster=on_cluster, on_local=on_local)
+    local_writers = {layer: {name: writers(settings, name, ingested_at[layer][name])
+                             for name in on_local[layer]} for layer in on_local}
+    return Ingested(env=env, on_cluster=on_cluster, on_local=on_local,
+                    writers={"cluster": cluster_writers, "local": local_writers})
 
 
 @pytest.mark.parametrize("layer", ["silver", "gold"])
@@ -182,6 +222,12 @@ def test_cluster_ingest_equals_local(ingested: Ingested, layer: str) -> None:
     for name, cluster_rows in ingested.on_cluster[layer].items():
         local_rows = ingested.on_local[layer][name]
         assert cluster_rows, f"{name}: no rows on the cluster"
+        # the executors wrote every commit on the cluster; the replay's small commits are
+        # the driver's: the two writers agree as well as the two places
+        assert ingested.writers["cluster"][layer][name] == {"Apache-Spark"}, \
+            (name, ingested.writers["cluster"][layer][name])
+        assert ingested.writers["local"][layer][name] == {"delta-rs"}, \
+            (name, ingested.writers["local"][layer][name])
         differ = sorted(k for k in cluster_rows.keys() | local_rows.keys()
                         if cluster_rows.get(k) != local_rows.get(k))
         assert not differ, (f"{name}: {len(differ)} keys differ, e.g. {differ[0]}: cluster "
@@ -291,6 +337,7 @@ def test_killing_a_worker_and_a_broker_mid_stream_keeps_bronze_exactly_once(
     data = stored()
     assert data.num_rows == count, f"{data.num_rows} rows for {count} records"
     assert sorted(data["value"].to_pylist()) == sorted(values)
+    assert writers(settings, table) == {"Apache-Spark"}, "bronze not written by the executors"
     for partition, (low, high) in watermarks(settings, topic).items():
         offsets = sorted(o for p, o in zip(data["partition"].to_pylist(),
                                            data["offset"].to_pylist(), strict=True)
