@@ -55,16 +55,23 @@ docs: setup ## Generate and serve the dbt docs site on loopback
 notebooks: setup ## Run the SQL notebooks headless; HTML under .state/notebooks
 	@$(LAKEHOUSE) notebooks
 
-# The cluster profile's tests run after the rest, on a stack of their own (other ports and
-# state folder). Beside the rest, as they ran before, both took two to three times as long
-# on two cores (the cluster module 25-38 minutes instead of 7-8, the suite's first modules
-# 2-3 times their time alone): docs/testing.md has the figures. Both always run; either
-# failing fails `make test`; a Ctrl-C of the suite (pytest's exit code 2) skips the second.
+# The cluster profile's tests run beside the suite, on a stack of their own (other ports and
+# state folder), at a lower CPU priority (nice CLUSTER_TEST_NICE): the suite leaves about a
+# third of the two cores idle (waits on servers, restarts, polls), which the cluster module
+# fills, instead of 5-7 minutes after it (docs/testing.md has the figures). Their output
+# goes to CLUSTER_TEST_LOG and is printed once the suite ends. Both always run; either
+# failing fails `make test`; a Ctrl-C stops both (each pytest stops its own stack).
+CLUSTER_TEST_NICE ?= 10
+CLUSTER_TEST_LOG := .state/logs/test-cluster.log
 test: setup ## Run every test against real servers (starts and stops its own stacks)
-	@$(BIN)/python -m pytest -m "not cluster"; suite=$$?; \
-	if [ $$suite -eq 2 ]; then exit 2; fi; \
-	echo "--- the cluster profile's tests (a stack of their own) ---"; \
-	$(BIN)/python -m pytest -m cluster -p no:cacheprovider; clustered=$$?; \
+	@mkdir -p $(dir $(CLUSTER_TEST_LOG)); \
+	echo "the cluster profile's tests run beside the suite (nice $(CLUSTER_TEST_NICE)); output: $(CLUSTER_TEST_LOG)"; \
+	( trap - INT; exec nice -n $(CLUSTER_TEST_NICE) $(BIN)/python -m pytest -m cluster \
+	  -p no:cacheprovider ) > $(CLUSTER_TEST_LOG) 2>&1 & cluster=$$!; \
+	$(BIN)/python -m pytest -m "not cluster"; suite=$$?; \
+	wait $$cluster; clustered=$$?; \
+	echo "--- the cluster profile's tests (a stack of their own, beside the suite) ---"; \
+	cat $(CLUSTER_TEST_LOG); \
 	test $$suite -eq 0 && test $$clustered -eq 0
 
 test-fast: setup ## Run the tests that need no server or Spark JVM (~1-2 min): the inner loop

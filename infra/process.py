@@ -31,6 +31,17 @@ def _since_boot(proc: psutil.Process) -> float:
     return proc.create_time() - psutil.boot_time()
 
 
+def _keep_niceness(pid: int) -> None:
+    """Give a server's session the niceness of the command that started it. Linux (with
+    autogroups, the default) schedules each session as a group of its own at normal
+    priority, whatever its processes' niceness, so without this `nice lakehouse up` (and
+    `make test`'s cluster module, run niced beside the suite) competed as an equal."""
+    niceness = os.nice(0)
+    if niceness > 0:
+        with contextlib.suppress(OSError):  # no autogroups here: niceness alone counts
+            Path(f"/proc/{pid}/autogroup").write_text(f"{niceness}\n")
+
+
 @dataclass(frozen=True)
 class ManagedProcess:
     name: str
@@ -102,6 +113,7 @@ class ManagedProcess:
                 user=user,
                 group=user,
             )
+        _keep_niceness(proc.pid)
         try:
             stamp = f"{proc.pid} {_since_boot(psutil.Process(proc.pid)):.2f}\n"
         except psutil.NoSuchProcess:  # ended already: the file names a dead process

@@ -5,6 +5,8 @@ the same PID."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,3 +68,32 @@ def test_a_file_from_before_the_start_stamp_is_still_read(started: ManagedProces
     pid = started.pid()
     started.pid_file.write_text(f"{pid}\n")
     assert started.pid() == pid
+
+
+AUTOGROUPS = Path("/proc/sys/kernel/sched_autogroup_enabled")
+
+
+@pytest.mark.skipif(not AUTOGROUPS.exists() or AUTOGROUPS.read_text().strip() != "1",
+                    reason="the kernel schedules no session as a group of its own")
+def test_a_niced_starter_keeps_its_server_niced(tmp_path: Path) -> None:
+    """A server runs in a session of its own, which Linux schedules as a group at normal
+    priority unless told: started from `nice -n 7`, the server's group says nice 7 (and a
+    starter at normal priority leaves its server's group at 0)."""
+    starter = ("import sys; from pathlib import Path; from infra.process import ManagedProcess;"
+               "p = ManagedProcess(name='sleeper', pid_file=Path(sys.argv[1]) / 'sleeper.pid',"
+               " log_file=Path(sys.argv[1]) / 'sleeper.log', marker='lakehouse-pid-test');"
+               f"print(p.start({SLEEPER!r}))")
+    groups = {}
+    for niceness in (7, 0):
+        folder = tmp_path / str(niceness)
+        folder.mkdir()
+        out = subprocess.run(["nice", "-n", str(niceness), sys.executable, "-c", starter,
+                              str(folder)], capture_output=True, text=True, check=True,
+                             cwd=Path(__file__).resolve().parents[1])
+        pid = int(out.stdout)
+        try:
+            groups[niceness] = Path(f"/proc/{pid}/autogroup").read_text()
+        finally:
+            os.kill(pid, signal.SIGKILL)
+    assert groups[7].rstrip().endswith("nice 7"), groups
+    assert groups[0].rstrip().endswith("nice 0"), groups
