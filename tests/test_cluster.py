@@ -42,6 +42,7 @@ from tests.conftest import (
     assert_nothing_left,
     drop_trips,
     read_delta,
+    rows_differing,
     run_cli,
     stack_pids,
 )
@@ -145,13 +146,11 @@ def definitions(layer: str) -> list[TableDefinition]:
 
 
 def by_key(table: pa.Table, key: list[str], left_out: set[str]) -> dict[tuple, tuple]:
-    """Rows by unique key, without write-time columns; floats to 9 digits (an aggregate's
-    sum may be added up in another order on other executors)."""
+    """Rows by unique key, without write-time columns."""
     names = [n for n in table.column_names if n not in left_out]
     rows: dict[tuple, tuple] = {}
     for row in table.select(names).to_pylist():
-        values = tuple(round(v, 9) if isinstance(v, float) else v for v in row.values())
-        rows[tuple(row[k] for k in key)] = values
+        rows[tuple(row[k] for k in key)] = tuple(row.values())
     assert len(rows) == table.num_rows, "a key appears twice"
     return rows
 
@@ -228,8 +227,9 @@ def test_cluster_ingest_equals_local(ingested: Ingested, layer: str) -> None:
             (name, ingested.writers["cluster"][layer][name])
         assert ingested.writers["local"][layer][name] == {"delta-rs"}, \
             (name, ingested.writers["local"][layer][name])
-        differ = sorted(k for k in cluster_rows.keys() | local_rows.keys()
-                        if cluster_rows.get(k) != local_rows.get(k))
+        # floats within rounding: an aggregate's sum may be added up in another order on
+        # other executors
+        differ = rows_differing(cluster_rows, local_rows)
         assert not differ, (f"{name}: {len(differ)} keys differ, e.g. {differ[0]}: cluster "
                             f"{cluster_rows.get(differ[0])}, local {local_rows.get(differ[0])}")
 

@@ -26,7 +26,7 @@ from lakehouse.table_manager import apply_plan, plan_table, table_location
 from settings import Settings
 from spark_streaming.gold import driver_inputs, run_gold
 from spark_streaming.gold.progress import consumed_versions
-from tests.conftest import invoke_cli
+from tests.conftest import invoke_cli, rows_differing
 
 SYSTEM = "lakeside"
 DAY = date(2026, 3, 2)
@@ -230,9 +230,8 @@ def test_first_run_computes_hand_checked_figures(built: Built) -> None:
 
 
 def _content(lake: Lake, name: str) -> dict[tuple, dict[str, Any]]:
-    """Rows by key, floats to 9 decimals (a mean's last bits follow its sum's order)."""
-    return {k: {c: round(v, 9) if isinstance(v, float) else v
-                for c, v in row.items() if c != "updated_at"}
+    """Rows by key, without the write time."""
+    return {k: {c: v for c, v in row.items() if c != "updated_at"}
             for k, row in lake.keyed(name).items()}
 
 
@@ -314,7 +313,8 @@ def test_incremental_replaces_only_affected_keys(built: Built, spark: SparkSessi
     # a rebuild from silver gives the same content
     incremental = {name: _content(lake, name) for name in before}
     lake.gold(spark, rebuild=True)
-    assert {name: _content(lake, name) for name in before} == incremental
+    for name in before:  # floats within rounding (a mean's last bits follow its sum's order)
+        assert not rows_differing(_content(lake, name), incremental[name]), name
 
 
 def _engines(lake: Lake, table: str) -> list[str]:
